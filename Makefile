@@ -1,0 +1,47 @@
+# The whole set-up is two commands: `make demo` and `make test`.
+SHELL := /bin/bash
+export GOFLAGS := -tags=pacific -buildvcs=false
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+BIN := bin/rbdplugin
+GO_SOURCES := $(shell find cmd internal -name '*.go' 2>/dev/null) go.mod go.sum
+
+# Debian packages: Ceph daemons for the local test cluster, librbd/librados
+# headers for go-ceph, the node's mapping and filesystem tools.
+DEB_PACKAGES := ceph-mon ceph-osd ceph-common librbd-dev librados-dev rbd-fuse rbd-nbd \
+	e2fsprogs xfsprogs util-linux fuse3 kmod gcc pkg-config iproute2 procps
+
+.PHONY: all deps build test unit integration lint demo clean
+all: build
+
+deps:
+	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing:" $$missing; \
+		if [ "$$(id -u)" != 0 ]; then echo "run 'make deps' as root (apt-get)"; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+	go mod download
+
+build: $(BIN)
+$(BIN): $(GO_SOURCES)
+	go build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/rbdplugin
+
+lint:
+	@bad=$$(gofmt -l cmd internal e2e); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
+	go vet ./...
+
+unit:
+	go test -count=1 ./cmd/... ./internal/...
+
+# Integration and conformance run against a real single-node Ceph cluster that
+# scripts/with-cluster.sh boots for the run and always tears down.
+integration: build
+	scripts/with-cluster.sh go test -count=1 -timeout 40m ./e2e/...
+
+test: lint unit integration
+
+demo: deps build
+	scripts/with-cluster.sh scripts/demo.sh
+
+clean:
+	rm -rf bin results

@@ -1,0 +1,148 @@
+// Command rbdplugin is the Ceph RBD CSI driver: one binary serving the
+// Identity service plus the Controller service, the Node service, or both.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/controller"
+	"github.com/rbdcsi/rbdcsi/internal/driver"
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
+)
+
+// version is set at link time (-ldflags "-X main.version=...").
+var version = "dev"
+
+// DefaultDriverName is the one driver name used across deploy/ and tests.
+const DefaultDriverName = "rbd.csi.rbdcsi.dev"
+
+type flags struct {
+	endpoint      string
+	nodeID        string
+	driverName    string
+	mode          string
+	clusterConfig string
+	secretDir     string
+	cephTimeout   time.Duration
+	grace         time.Duration
+}
+
+func parseFlags(args []string) (flags, error) {
+	var f flags
+	fs := flag.NewFlagSet("rbdplugin", flag.ContinueOnError)
+	fs.StringVar(&f.endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path/to/csi.sock or tcp://host:port")
+	fs.StringVar(&f.nodeID, "nodeid", "", "this node's ID (the Kubernetes node name); required in node mode")
+	fs.StringVar(&f.driverName, "drivername", DefaultDriverName, "CSI driver name, as in the CSIDriver object and StorageClasses")
+	fs.StringVar(&f.mode, "mode", "all", "services to run: controller, node or all")
+	fs.StringVar(&f.clusterConfig, "cluster-config", "/etc/rbdcsi/cluster-config.json", "JSON list of {clusterID, monitors[]}")
+	fs.StringVar(&f.secretDir, "controller-secret-dir", "", "directory with userID and userKey files (a mounted Secret) for the controller calls that carry no secrets: ListVolumes, GetCapacity, ControllerGetVolume")
+	fs.DurationVar(&f.cephTimeout, "ceph-timeout", 10*time.Second, "bound on every Ceph operation")
+	fs.DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long in-flight calls may run after SIGTERM")
+	kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(kfs)
+	kfs.VisitAll(func(fl *flag.Flag) { fs.Var(fl.Value, fl.Name, fl.Usage) })
+	if err := fs.Parse(args); err != nil {
+		return f, err
+	}
+	if fs.NArg() > 0 {
+		return f, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	switch f.mode {
+	case "controller", "node", "all":
+	default:
+		return f, fmt.Errorf("--mode %q: want controller, node or all", f.mode)
+	}
+	if f.mode != "controller" && f.nodeID == "" {
+		return f, fmt.Errorf("--nodeid is required in %s mode", f.mode)
+	}
+	if !validDriverName(f.driverName) {
+		return f, fmt.Errorf("--drivername %q: want a reverse-DNS name of at most 63 characters, like %s", f.driverName, DefaultDriverName)
+	}
+	return f, nil
+}
+
+// validDriverName follows the CSI spec: at most 63 characters, alphanumeric
+// at both ends, '-', '_' and '.' inside.
+func validDriverName(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for i, c := range s {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || i == len(s)-1 || (c != '-' && c != '_' && c != '.')) {
+			return false
+		}
+	}
+	return true
+}
+
+func main() {
+	f, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rbdplugin:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := run(ctx, f); err != nil {
+		klog.ErrorS(err, "rbdplugin stopped")
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}
+
+func run(ctx context.Context, f flags) error {
+	clusters, err := config.LoadClusterMap(f.clusterConfig)
+	if err != nil {
+		return err
+	}
+	checks := []driver.HealthCheck{func(context.Context) error { return clusters.Health() }}
+	var services driver.Services
+
+	if f.mode != "node" {
+		var cred *config.Credentials
+		if f.secretDir != "" {
+			c, err := config.CredentialsFromDir(f.secretDir)
+			if err != nil {
+				return err
+			}
+			cred = &c
+		}
+		opts := rbd.DefaultOptions()
+		opts.OpTimeout = f.cephTimeout
+		conns := rbd.NewConns(opts)
+		defer conns.Close()
+		services.Controller = controller.New(controller.Options{
+			Backend:     rbd.NewBackend(conns),
+			Clusters:    clusters,
+			Credentials: cred,
+		})
+	}
+	if f.mode != "controller" {
+		node, nodeChecks, err := newNode(f, clusters)
+		if err != nil {
+			return err
+		}
+		services.Node = node
+		checks = append(checks, nodeChecks...)
+	}
+	services.Identity = driver.NewIdentity(f.driverName, version, services.Controller != nil, checks...)
+
+	l, cleanup, err := driver.Listen(f.endpoint)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	klog.InfoS("serving", "driver", f.driverName, "version", version, "mode", f.mode, "endpoint", f.endpoint)
+	return driver.NewServer(services).Serve(ctx, l, f.grace)
+}

@@ -1,0 +1,15 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/driver"
+)
+
+// newNode builds the Node service.
+func newNode(f flags, clusters *config.ClusterMap) (csi.NodeServer, []driver.HealthCheck, error) {
+	return nil, nil, errors.New("the node service is not built yet: run with --mode controller")
+}

@@ -1,0 +1,174 @@
+// Package config loads the cluster map (clusterID -> monitors) and parses
+// what arrives with each request: StorageClass parameters and CSI secrets.
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rbdcsi/rbdcsi/internal/volid"
+)
+
+// Cluster is one entry of the cluster map, the shape ceph-csi users know.
+type Cluster struct {
+	ClusterID string   `json:"clusterID"`
+	Monitors  []string `json:"monitors"`
+}
+
+// ErrUnknownCluster is returned by Lookup for a clusterID not in the map.
+var ErrUnknownCluster = errors.New("unknown clusterID")
+
+// maxMapBytes bounds what we read, so a wrong path cannot eat memory.
+const maxMapBytes = 1 << 20
+
+// ParseClusters decodes and validates a cluster map document.
+func ParseClusters(data []byte) ([]Cluster, error) {
+	if len(data) > maxMapBytes {
+		return nil, fmt.Errorf("cluster map is larger than %d bytes", maxMapBytes)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	var clusters []Cluster
+	if err := dec.Decode(&clusters); err != nil {
+		return nil, fmt.Errorf("cluster map is not a JSON list of {clusterID, monitors}: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("cluster map has trailing data after the JSON list")
+	}
+	seen := map[string]bool{}
+	for i, c := range clusters {
+		if err := volid.ValidClusterID(c.ClusterID); err != nil {
+			return nil, fmt.Errorf("cluster map entry %d: %w", i, err)
+		}
+		if seen[c.ClusterID] {
+			return nil, fmt.Errorf("cluster map lists clusterID %q twice", c.ClusterID)
+		}
+		seen[c.ClusterID] = true
+		if len(c.Monitors) == 0 {
+			return nil, fmt.Errorf("cluster %q has no monitors", c.ClusterID)
+		}
+		for _, m := range c.Monitors {
+			if err := validMonitor(m); err != nil {
+				return nil, fmt.Errorf("cluster %q: %w", c.ClusterID, err)
+			}
+		}
+	}
+	return clusters, nil
+}
+
+// validMonitor accepts host:port, [v2:ip:port,v1:ip:port] and the like, and
+// nothing that could be taken for an option by librados or a command line.
+func validMonitor(m string) error {
+	if m == "" || len(m) > 256 || strings.HasPrefix(m, "-") {
+		return fmt.Errorf("monitor address %.60q is not valid", m)
+	}
+	for _, c := range m {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune(".:-[],/_", c)) {
+			return fmt.Errorf("monitor address %.60q holds %q", m, c)
+		}
+	}
+	return nil
+}
+
+// MonHost is the monitors joined the way Ceph's mon_host option takes them.
+func (c Cluster) MonHost() string { return strings.Join(c.Monitors, ",") }
+
+// ClusterMap serves the cluster map from a file and picks up changes to it
+// (a mounted ConfigMap is updated in place), keeping the last good map when
+// a new version does not parse.
+type ClusterMap struct {
+	path     string
+	interval time.Duration
+
+	mu       sync.Mutex
+	checked  time.Time
+	modTime  time.Time
+	size     int64
+	clusters map[string]Cluster
+	loadErr  error
+}
+
+// LoadClusterMap reads the map at path; it fails if the first read fails.
+func LoadClusterMap(path string) (*ClusterMap, error) {
+	m := &ClusterMap{path: path, interval: time.Second}
+	m.refresh(time.Now())
+	if m.loadErr != nil {
+		return nil, m.loadErr
+	}
+	return m, nil
+}
+
+// NewStaticClusterMap serves a fixed map (for tests and embedding).
+func NewStaticClusterMap(clusters []Cluster) *ClusterMap {
+	m := &ClusterMap{clusters: map[string]Cluster{}}
+	for _, c := range clusters {
+		m.clusters[c.ClusterID] = c
+	}
+	return m
+}
+
+func (m *ClusterMap) refresh(now time.Time) {
+	if m.path == "" || now.Sub(m.checked) < m.interval {
+		return
+	}
+	m.checked = now
+	st, err := os.Stat(m.path)
+	if err != nil {
+		m.loadErr = fmt.Errorf("cluster map: %w", err)
+		return
+	}
+	if m.clusters != nil && st.ModTime().Equal(m.modTime) && st.Size() == m.size {
+		return
+	}
+	data, err := os.ReadFile(m.path)
+	if err == nil {
+		var list []Cluster
+		if list, err = ParseClusters(data); err == nil {
+			m.clusters = map[string]Cluster{}
+			for _, c := range list {
+				m.clusters[c.ClusterID] = c
+			}
+			m.modTime, m.size, m.loadErr = st.ModTime(), st.Size(), nil
+			return
+		}
+	}
+	m.loadErr = fmt.Errorf("cluster map %s: %w", m.path, err)
+}
+
+// Lookup returns the cluster with the given ID.
+func (m *ClusterMap) Lookup(id string) (Cluster, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.refresh(time.Now())
+	c, ok := m.clusters[id]
+	if !ok {
+		return Cluster{}, fmt.Errorf("%w %q: it is not in the cluster map", ErrUnknownCluster, id)
+	}
+	return c, nil
+}
+
+// All returns every cluster, in no particular order.
+func (m *ClusterMap) All() []Cluster {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.refresh(time.Now())
+	out := make([]Cluster, 0, len(m.clusters))
+	for _, c := range m.clusters {
+		out = append(out, c)
+	}
+	return out
+}
+
+// Health is nil when the map on disk is loaded and valid; otherwise it says
+// why not (the driver keeps serving the last good map meanwhile).
+func (m *ClusterMap) Health() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.refresh(time.Now())
+	return m.loadErr
+}

@@ -1,0 +1,222 @@
+package config
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/rbdcsi/rbdcsi/internal/volid"
+)
+
+// StorageClass parameter names the driver accepts.
+const (
+	ParamClusterID     = "clusterID"
+	ParamPool          = "pool"
+	ParamDataPool      = "dataPool"
+	ParamImageFeatures = "imageFeatures"
+	ParamFsType        = "csi.storage.k8s.io/fstype"
+	ParamMounter       = "mounter"
+	ParamMapOptions    = "mapOptions"
+	ParamUnmapOptions  = "unmapOptions"
+	ParamMkfsOptions   = "mkfsOptions"
+)
+
+// ReservedPrefix marks keys the Kubernetes sidecars add or consume
+// (secret references, PVC/PV names with --extra-create-metadata).
+const ReservedPrefix = "csi.storage.k8s.io/"
+
+// Mounters a volume can be mapped with on a node.
+var Mounters = []string{"krbd", "nbd", "fuse"}
+
+// FsTypes the node can format and mount.
+var FsTypes = []string{"ext4", "xfs"}
+
+// krbdFeatures are the image features the kernel client can map; the value
+// lists the features each one requires.
+var krbdFeatures = map[string][]string{
+	"layering":       nil,
+	"exclusive-lock": nil,
+	"object-map":     {"exclusive-lock"},
+	"fast-diff":      {"object-map"},
+	"deep-flatten":   nil,
+}
+
+// DefaultImageFeatures are enough for snapshots and clones and map everywhere.
+var DefaultImageFeatures = []string{"layering"}
+
+// Params are the validated StorageClass parameters of a volume.
+type Params struct {
+	ClusterID     string
+	Pool          string
+	DataPool      string
+	ImageFeatures []string
+	FsType        string
+	Mounter       string
+	MapOptions    string
+	UnmapOptions  string
+	MkfsOptions   []string
+}
+
+// ParseParams validates a CreateVolume parameter map. Unknown keys are
+// refused so a typo in a StorageClass is caught at the first PVC, not
+// silently ignored.
+func ParseParams(in map[string]string) (Params, error) {
+	p := Params{
+		ClusterID: in[ParamClusterID],
+		Pool:      in[ParamPool],
+		DataPool:  in[ParamDataPool],
+		FsType:    in[ParamFsType],
+		Mounter:   in[ParamMounter],
+	}
+	for _, k := range sortedKeys(in) {
+		switch k {
+		case ParamClusterID, ParamPool, ParamDataPool, ParamImageFeatures, ParamFsType,
+			ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions:
+		default:
+			if !strings.HasPrefix(k, ReservedPrefix) {
+				return Params{}, fmt.Errorf("unknown parameter %.60q (known: %s)", k, strings.Join(knownParams(), ", "))
+			}
+		}
+	}
+	if p.ClusterID == "" {
+		return Params{}, fmt.Errorf("parameter %q is required", ParamClusterID)
+	}
+	if err := volid.ValidClusterID(p.ClusterID); err != nil {
+		return Params{}, fmt.Errorf("parameter %s: %w", ParamClusterID, err)
+	}
+	if p.Pool == "" {
+		return Params{}, fmt.Errorf("parameter %q is required", ParamPool)
+	}
+	if err := volid.ValidPool(p.Pool); err != nil {
+		return Params{}, fmt.Errorf("parameter %s: %w", ParamPool, err)
+	}
+	if p.DataPool != "" {
+		if err := volid.ValidPool(p.DataPool); err != nil {
+			return Params{}, fmt.Errorf("parameter %s: %w", ParamDataPool, err)
+		}
+	}
+	features, err := parseFeatures(in[ParamImageFeatures])
+	if err != nil {
+		return Params{}, err
+	}
+	p.ImageFeatures = features
+	if p.FsType != "" && !contains(FsTypes, p.FsType) {
+		return Params{}, fmt.Errorf("parameter %s: filesystem %.30q is not supported (choose one of %s)", ParamFsType, p.FsType, strings.Join(FsTypes, ", "))
+	}
+	if p.Mounter != "" && !contains(Mounters, p.Mounter) {
+		return Params{}, fmt.Errorf("parameter %s: %.30q is not a mounter (choose one of %s)", ParamMounter, p.Mounter, strings.Join(Mounters, ", "))
+	}
+	if p.MapOptions, err = parseOptionList(ParamMapOptions, in[ParamMapOptions]); err != nil {
+		return Params{}, err
+	}
+	if p.UnmapOptions, err = parseOptionList(ParamUnmapOptions, in[ParamUnmapOptions]); err != nil {
+		return Params{}, err
+	}
+	if p.MkfsOptions, err = ParseMkfsOptions(in[ParamMkfsOptions]); err != nil {
+		return Params{}, err
+	}
+	return p, nil
+}
+
+// VolumeContext is what the node needs from the StorageClass, returned in
+// CreateVolume's volume_context (the node gets it back in NodeStageVolume).
+func (p Params) VolumeContext() map[string]string {
+	ctx := map[string]string{ParamClusterID: p.ClusterID, ParamPool: p.Pool}
+	for k, v := range map[string]string{
+		ParamMounter: p.Mounter, ParamMapOptions: p.MapOptions,
+		ParamUnmapOptions: p.UnmapOptions, ParamMkfsOptions: strings.Join(p.MkfsOptions, " "),
+	} {
+		if v != "" {
+			ctx[k] = v
+		}
+	}
+	return ctx
+}
+
+func parseFeatures(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return append([]string(nil), DefaultImageFeatures...), nil
+	}
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if _, ok := krbdFeatures[f]; !ok {
+			return nil, fmt.Errorf("parameter %s: feature %.40q is not supported by the kernel RBD client (choose from %s)", ParamImageFeatures, f, strings.Join(sortedKeys(krbdFeatures), ", "))
+		}
+		if !contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	for _, f := range out {
+		for _, need := range krbdFeatures[f] {
+			if !contains(out, need) {
+				return nil, fmt.Errorf("parameter %s: feature %s needs %s", ParamImageFeatures, f, need)
+			}
+		}
+	}
+	return out, nil
+}
+
+// parseOptionList accepts a comma-separated list of rbd map options
+// (key or key=value). The charset keeps an option from smuggling another
+// command-line argument.
+func parseOptionList(name, s string) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	if len(s) > 512 {
+		return "", fmt.Errorf("parameter %s is longer than 512 bytes", name)
+	}
+	for _, opt := range strings.Split(s, ",") {
+		if opt == "" || strings.HasPrefix(opt, "-") || !safeToken(opt) {
+			return "", fmt.Errorf("parameter %s: option %.40q is not of the form key or key=value", name, opt)
+		}
+	}
+	return s, nil
+}
+
+// ParseMkfsOptions splits the mkfsOptions parameter into arguments for mkfs.
+func ParseMkfsOptions(s string) ([]string, error) {
+	if len(s) > 512 {
+		return nil, fmt.Errorf("parameter %s is longer than 512 bytes", ParamMkfsOptions)
+	}
+	args := strings.Fields(s)
+	for _, a := range args {
+		if !safeToken(a) {
+			return nil, fmt.Errorf("parameter %s: argument %.40q holds characters mkfs options never need", ParamMkfsOptions, a)
+		}
+	}
+	return args, nil
+}
+
+func safeToken(s string) bool {
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_.=:,/+", c)) {
+			return false
+		}
+	}
+	return true
+}
+
+func knownParams() []string {
+	return []string{ParamClusterID, ParamPool, ParamDataPool, ParamImageFeatures, ParamFsType,
+		ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,196 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"sort"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	"k8s.io/klog/v2"
+
+	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
+	"github.com/rbdcsi/rbdcsi/internal/volid"
+)
+
+// ValidateVolumeCapabilities confirms the capabilities an existing volume
+// can be used with.
+func (c *Controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
+	}
+	if len(req.GetVolumeCapabilities()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "volume capabilities are missing")
+	}
+	vol, err := volid.DecodeVolume(id)
+	if err != nil || !isVolumeImage(vol.Image) {
+		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist", id)
+	}
+	pool, err := c.pool(vol.ClusterID, vol.Pool, req.GetSecrets(), true)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.stat(ctx, pool, vol); err != nil {
+		return nil, err
+	}
+	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
+		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
+	}
+	if len(req.GetParameters()) > 0 {
+		if _, err := config.ParseParams(req.GetParameters()); err != nil {
+			return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
+		}
+	}
+	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
+		VolumeContext:      req.GetVolumeContext(),
+		VolumeCapabilities: req.GetVolumeCapabilities(),
+		Parameters:         req.GetParameters(),
+	}}, nil
+}
+
+// ListVolumes pages through the volumes of every pool of every cluster the
+// controller credentials can read, in volume ID order. The token is the
+// last ID of the previous page, so volumes created or deleted between
+// pages neither repeat nor shift the listing.
+func (c *Controller) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
+	if c.cred == nil {
+		return nil, status.Error(codes.Unimplemented, "ListVolumes needs controller credentials (--controller-secret-dir)")
+	}
+	if req.GetMaxEntries() < 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "max_entries must not be negative, got %d", req.GetMaxEntries())
+	}
+	after := req.GetStartingToken()
+	if after != "" {
+		if _, err := volid.DecodeVolume(after); err != nil {
+			return nil, status.Errorf(codes.Aborted, "starting token %.130q was not returned by this driver; start the listing again", after)
+		}
+	}
+	ids, err := c.volumeIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	start := sort.Search(len(ids), func(i int) bool { return ids[i].String() > after })
+	resp := &csi.ListVolumesResponse{}
+	for i := start; i < len(ids); i++ {
+		if req.GetMaxEntries() > 0 && len(resp.Entries) == int(req.GetMaxEntries()) {
+			resp.NextToken = resp.Entries[len(resp.Entries)-1].Volume.VolumeId
+			break
+		}
+		vol := ids[i]
+		pool, err := c.pool(vol.ClusterID, vol.Pool, nil, true)
+		if err != nil {
+			return nil, err
+		}
+		info, err := c.stat(ctx, pool, vol)
+		if status.Code(err) == codes.NotFound {
+			continue // deleted since the names were listed, or unfinished
+		}
+		if err != nil {
+			return nil, err
+		}
+		resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{
+			Volume: &csi.Volume{VolumeId: vol.String(), CapacityBytes: int64(info.Size)},
+		})
+	}
+	return resp, nil
+}
+
+// volumeIDs lists every volume image, sorted by ID. Pools the controller's
+// user may not read are skipped: they hold no volumes it could serve.
+func (c *Controller) volumeIDs(ctx context.Context) ([]volid.Volume, error) {
+	var ids []volid.Volume
+	for _, cluster := range c.clusters.All() {
+		pools, err := c.backend.ListPools(ctx, cluster.MonHost(), *c.cred)
+		if err != nil {
+			return nil, cephStatus(err)
+		}
+		for _, poolName := range pools {
+			if volid.ValidPool(poolName) != nil {
+				continue
+			}
+			names, err := c.backend.ListImages(ctx, rbd.Pool{MonHost: cluster.MonHost(), Cred: *c.cred, Name: poolName})
+			if errors.Is(err, rbd.ErrPermission) || errors.Is(err, rbd.ErrPoolNotFound) {
+				klog.V(4).InfoS("skipping pool", "cluster", cluster.ClusterID, "pool", poolName, "err", err)
+				continue
+			}
+			if err != nil {
+				return nil, cephStatus(err)
+			}
+			for _, n := range names {
+				if isVolumeImage(n) {
+					ids = append(ids, volid.Volume{ClusterID: cluster.ClusterID, Pool: poolName, Image: n})
+				}
+			}
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
+	return ids, nil
+}
+
+// GetCapacity reports the bytes still writable in the StorageClass's pool.
+// Without a pool there is no single answer, and it reports none (0).
+func (c *Controller) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
+	if c.cred == nil {
+		return nil, status.Error(codes.Unimplemented, "GetCapacity needs controller credentials (--controller-secret-dir)")
+	}
+	resp := &csi.GetCapacityResponse{
+		MaximumVolumeSize: wrapperspb.Int64(MaxSize),
+		MinimumVolumeSize: wrapperspb.Int64(mib),
+	}
+	if caps := req.GetVolumeCapabilities(); len(caps) > 0 {
+		if err := checkCapabilities(caps); err != nil {
+			return resp, nil // no capacity for what cannot be served
+		}
+	}
+	if len(req.GetParameters()) == 0 {
+		return resp, nil
+	}
+	params, err := config.ParseParams(req.GetParameters())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	pool, err := c.pool(params.ClusterID, params.Pool, nil, true)
+	if err != nil {
+		return nil, err
+	}
+	avail, err := c.backend.PoolAvailable(ctx, pool)
+	if err != nil {
+		if errors.Is(err, rbd.ErrPoolNotFound) {
+			return nil, status.Errorf(codes.InvalidArgument, "pool %q does not exist in cluster %q", params.Pool, params.ClusterID)
+		}
+		return nil, cephStatus(err)
+	}
+	resp.AvailableCapacity = avail
+	return resp, nil
+}
+
+// ControllerGetVolume reports a volume's size.
+func (c *Controller) ControllerGetVolume(ctx context.Context, req *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error) {
+	if c.cred == nil {
+		return nil, status.Error(codes.Unimplemented, "ControllerGetVolume needs controller credentials (--controller-secret-dir)")
+	}
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
+	}
+	vol, err := volid.DecodeVolume(id)
+	if err != nil || !isVolumeImage(vol.Image) {
+		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist", id)
+	}
+	pool, err := c.pool(vol.ClusterID, vol.Pool, nil, true)
+	if err != nil {
+		return nil, err
+	}
+	info, err := c.stat(ctx, pool, vol)
+	if err != nil {
+		return nil, err
+	}
+	return &csi.ControllerGetVolumeResponse{
+		Volume: &csi.Volume{VolumeId: id, CapacityBytes: int64(info.Size)},
+		Status: &csi.ControllerGetVolumeResponse_VolumeStatus{},
+	}, nil
+}

@@ -1,0 +1,246 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
+	"github.com/rbdcsi/rbdcsi/internal/volid"
+)
+
+// CreateVolume creates an image named after the request, or returns the
+// one an earlier attempt with the same name made.
+func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	name := req.GetName()
+	if name == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume name is missing")
+	}
+	if len(name) > maxNameLen {
+		return nil, status.Errorf(codes.InvalidArgument, "volume name is longer than %d bytes", maxNameLen)
+	}
+	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	params, err := config.ParseParams(req.GetParameters())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if isBlock(req.GetVolumeCapabilities()...) && params.FsType != "" {
+		params.FsType = "" // a raw block volume has no filesystem
+	}
+	size, invalid, outOfRange := sizeFor(req.GetCapacityRange())
+	if invalid != nil {
+		return nil, status.Error(codes.InvalidArgument, invalid.Error())
+	}
+	if outOfRange != nil {
+		return nil, status.Error(codes.OutOfRange, outOfRange.Error())
+	}
+	if req.GetVolumeContentSource() != nil {
+		return nil, status.Error(codes.InvalidArgument, "creating a volume from a snapshot or another volume is not supported yet")
+	}
+	pool, err := c.pool(params.ClusterID, params.Pool, req.GetSecrets(), false)
+	if err != nil {
+		return nil, err
+	}
+	release, ok := c.locks.TryLock("name/" + name)
+	if !ok {
+		return nil, pending("volume " + name)
+	}
+	defer release()
+
+	vol := volid.Volume{ClusterID: params.ClusterID, Pool: params.Pool, Image: imageName(name)}
+	if err := vol.Validate(); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume ID: %v", err)
+	}
+	spec := rbd.ImageSpec{
+		Size:     uint64(size),
+		Features: params.ImageFeatures,
+		DataPool: params.DataPool,
+		Metadata: map[string]string{metaName: name},
+	}
+	finalSize, err := c.createImage(ctx, pool, vol.Image, name, spec, req.GetCapacityRange())
+	if err != nil {
+		return nil, err
+	}
+	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
+		VolumeId:      vol.String(),
+		CapacityBytes: finalSize,
+		VolumeContext: params.VolumeContext(),
+	}}, nil
+}
+
+// createImage creates the image or adopts the one an earlier attempt made.
+func (c *Controller) createImage(ctx context.Context, pool rbd.Pool, image, name string, spec rbd.ImageSpec, r *csi.CapacityRange) (int64, error) {
+	// Two passes at most: the second follows the removal of an unfinished image.
+	for attempt := 0; attempt < 2; attempt++ {
+		err := c.backend.CreateImage(ctx, pool, image, spec)
+		if err == nil {
+			klog.V(2).InfoS("created volume", "name", name, "pool", pool.Name, "image", image, "size", spec.Size)
+			return int64(spec.Size), nil
+		}
+		if errors.Is(err, rbd.ErrPoolNotFound) {
+			return 0, status.Errorf(codes.InvalidArgument, "pool %q does not exist in the cluster (check the StorageClass parameter %q)", pool.Name, config.ParamPool)
+		}
+		if !errors.Is(err, rbd.ErrExists) {
+			return 0, cephStatus(fmt.Errorf("creating volume %s: %w", name, err))
+		}
+		info, err := c.backend.Stat(ctx, pool, image)
+		if errors.Is(err, rbd.ErrNotFound) {
+			continue // removed meanwhile; create again
+		}
+		if err != nil {
+			return 0, cephStatus(err)
+		}
+		switch owner := info.Metadata[metaName]; {
+		case owner == name:
+			if !fits(int64(info.Size), r) {
+				return 0, status.Errorf(codes.AlreadyExists, "volume %s already exists with size %d bytes, which does not fit the requested range", name, info.Size)
+			}
+			return int64(info.Size), nil
+		case owner != "":
+			return 0, status.Errorf(codes.AlreadyExists, "image %s/%s already belongs to volume %q", pool.Name, image, owner)
+		}
+		// An image without its name is what a crash between creating it and
+		// setting its metadata leaves. It was never handed out: replace it.
+		klog.InfoS("removing unfinished image left by an earlier attempt", "name", name, "pool", pool.Name, "image", image)
+		if err := c.backend.RemoveImage(ctx, pool, image); err != nil && !errors.Is(err, rbd.ErrNotFound) {
+			if errors.Is(err, rbd.ErrBusy) {
+				return 0, status.Errorf(codes.Aborted, "an earlier attempt to create volume %s is still running; retry later", name)
+			}
+			return 0, cephStatus(err)
+		}
+	}
+	return 0, status.Errorf(codes.Aborted, "volume %s changed while it was being created; retry", name)
+}
+
+// DeleteVolume removes the volume's image. An ID that is not ours, or an
+// image that is gone already, is a success.
+func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
+	}
+	vol, err := volid.DecodeVolume(id)
+	if err != nil || !isVolumeImage(vol.Image) {
+		klog.V(2).InfoS("deleting a volume ID that is not ours: nothing to do", "volumeID", id)
+		return &csi.DeleteVolumeResponse{}, nil
+	}
+	pool, err := c.pool(vol.ClusterID, vol.Pool, req.GetSecrets(), false)
+	if err != nil {
+		return nil, err
+	}
+	release, ok := c.locks.TryLock("vol/" + id)
+	if !ok {
+		return nil, pending("volume " + id)
+	}
+	defer release()
+
+	err = c.backend.RemoveImage(ctx, pool, vol.Image)
+	switch {
+	case err == nil:
+		klog.V(2).InfoS("deleted volume", "volumeID", id)
+	case errors.Is(err, rbd.ErrNotFound), errors.Is(err, rbd.ErrPoolNotFound):
+		klog.V(2).InfoS("volume is gone already", "volumeID", id)
+	case errors.Is(err, rbd.ErrBusy):
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is in use: a node still has it mapped; unmount it first", id)
+	case errors.Is(err, rbd.ErrHasSnapshots):
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s still has snapshots; delete them first", id)
+	default:
+		return nil, cephStatus(err)
+	}
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// ControllerExpandVolume grows the image; shrinking is never done.
+func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
+	}
+	if req.GetCapacityRange() == nil {
+		return nil, status.Error(codes.InvalidArgument, "capacity range is missing")
+	}
+	if cap := req.GetVolumeCapability(); cap != nil {
+		if err := checkCapability(cap); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+	size, invalid, outOfRange := sizeFor(req.GetCapacityRange())
+	if invalid != nil {
+		return nil, status.Error(codes.InvalidArgument, invalid.Error())
+	}
+	if outOfRange != nil {
+		return nil, status.Error(codes.OutOfRange, outOfRange.Error())
+	}
+	vol, err := volid.DecodeVolume(id)
+	if err != nil || !isVolumeImage(vol.Image) {
+		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist", id)
+	}
+	pool, err := c.pool(vol.ClusterID, vol.Pool, req.GetSecrets(), false)
+	if err != nil {
+		return nil, err
+	}
+	release, ok := c.locks.TryLock("vol/" + id)
+	if !ok {
+		return nil, pending("volume " + id)
+	}
+	defer release()
+
+	info, err := c.stat(ctx, pool, vol)
+	if err != nil {
+		return nil, err
+	}
+	nodeExpand := !isBlock(req.GetVolumeCapability())
+	if int64(info.Size) >= size {
+		return &csi.ControllerExpandVolumeResponse{CapacityBytes: int64(info.Size), NodeExpansionRequired: nodeExpand}, nil
+	}
+	if err := c.backend.Resize(ctx, pool, vol.Image, uint64(size)); err != nil {
+		return nil, cephStatus(fmt.Errorf("expanding volume %s: %w", id, err))
+	}
+	klog.V(2).InfoS("expanded volume", "volumeID", id, "from", info.Size, "to", size)
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: size, NodeExpansionRequired: nodeExpand}, nil
+}
+
+// stat returns a finished volume image, or NotFound.
+func (c *Controller) stat(ctx context.Context, pool rbd.Pool, vol volid.Volume) (rbd.ImageInfo, error) {
+	info, err := c.backend.Stat(ctx, pool, vol.Image)
+	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && info.Metadata[metaName] == "") {
+		return rbd.ImageInfo{}, status.Errorf(codes.NotFound, "volume %s does not exist", vol)
+	}
+	if err != nil {
+		return rbd.ImageInfo{}, cephStatus(err)
+	}
+	return info, nil
+}
+
+// pool resolves where a volume lives and with which credentials: the
+// request's secrets, else the controller's own (for calls without secrets).
+// Calls that change a volume must bring their own secrets (ownCredsOK false).
+func (c *Controller) pool(clusterID, pool string, secrets map[string]string, ownCredsOK bool) (rbd.Pool, error) {
+	cluster, err := c.clusters.Lookup(clusterID)
+	if err != nil {
+		return rbd.Pool{}, status.Errorf(codes.InvalidArgument, "%v (check the StorageClass parameter %q and the driver's cluster map)", err, config.ParamClusterID)
+	}
+	var cred config.Credentials
+	switch {
+	case len(secrets) > 0:
+		if cred, err = config.CredentialsFromSecrets(secrets); err != nil {
+			return rbd.Pool{}, status.Error(codes.InvalidArgument, err.Error())
+		}
+	case ownCredsOK && c.cred != nil:
+		cred = *c.cred
+	case ownCredsOK:
+		return rbd.Pool{}, status.Errorf(codes.InvalidArgument, "the request carries no secrets %q/%q and the controller has no credentials of its own (--controller-secret-dir)", config.SecretUserID, config.SecretUserKey)
+	default:
+		_, err := config.CredentialsFromSecrets(secrets)
+		return rbd.Pool{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return rbd.Pool{MonHost: cluster.MonHost(), Cred: cred, Name: pool}, nil
+}

@@ -1,0 +1,252 @@
+package rbd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/ceph/go-ceph/rados"
+	librbd "github.com/ceph/go-ceph/rbd"
+
+	"github.com/rbdcsi/rbdcsi/internal/config"
+)
+
+// Pool addresses one pool of one cluster as one Ceph user.
+type Pool struct {
+	MonHost string
+	Cred    config.Credentials
+	Name    string
+}
+
+// ImageSpec is what an image is created with.
+type ImageSpec struct {
+	Size     uint64
+	Features []string
+	DataPool string
+	// Metadata is set right after the image is created. A crash between the
+	// two leaves an image without it, which callers treat as unfinished.
+	Metadata map[string]string
+}
+
+// ImageInfo is what Stat reports.
+type ImageInfo struct {
+	Name     string
+	ID       string
+	Size     uint64
+	Metadata map[string]string
+}
+
+// Backend runs image operations on cached connections.
+type Backend struct {
+	conns *Conns
+}
+
+// NewBackend returns a backend over the given connection cache.
+func NewBackend(conns *Conns) *Backend { return &Backend{conns: conns} }
+
+// withConn runs fn on a cached connection in its own goroutine and returns
+// when fn does or when ctx ends, whichever is first. librados' op timeouts
+// bound how long fn can outlive an abandoned request; the connection
+// reference is released only once fn has returned.
+func (b *Backend) withConn(ctx context.Context, monHost string, cred config.Credentials, fn func(*rados.Conn) error) error {
+	conn, release, err := b.conns.get(ctx, monHost, cred)
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer release()
+		done <- fn(conn)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return wrapCtx(ctx.Err())
+	}
+}
+
+// withIoctx is withConn with an I/O context on the pool.
+func (b *Backend) withIoctx(ctx context.Context, p Pool, fn func(*rados.IOContext) error) error {
+	return b.withConn(ctx, p.MonHost, p.Cred, func(conn *rados.Conn) error {
+		ioctx, err := conn.OpenIOContext(p.Name)
+		if err != nil {
+			if errors.Is(classify(err), ErrNotFound) {
+				return fmt.Errorf("%w: pool %q", ErrPoolNotFound, p.Name)
+			}
+			return fmt.Errorf("opening pool %q: %w", p.Name, classify(err))
+		}
+		defer ioctx.Destroy()
+		return fn(ioctx)
+	})
+}
+
+// CreateImage creates an image and sets its metadata. An existing image of
+// that name yields ErrExists and is left untouched.
+func (b *Backend) CreateImage(ctx context.Context, p Pool, name string, spec ImageSpec) error {
+	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+		opts := librbd.NewRbdImageOptions()
+		defer opts.Destroy()
+		fs := librbd.FeatureSetFromNames(spec.Features)
+		if err := opts.SetUint64(librbd.ImageOptionFeatures, uint64(fs)); err != nil {
+			return fmt.Errorf("image features: %w", classify(err))
+		}
+		if spec.DataPool != "" {
+			if err := opts.SetString(librbd.ImageOptionDataPool, spec.DataPool); err != nil {
+				return fmt.Errorf("data pool: %w", classify(err))
+			}
+		}
+		if err := librbd.CreateImage(ioctx, name, spec.Size, opts); err != nil {
+			return fmt.Errorf("creating image %s/%s: %w", p.Name, name, classify(err))
+		}
+		return setMetadata(ioctx, name, spec.Metadata)
+	})
+}
+
+func setMetadata(ioctx *rados.IOContext, name string, kv map[string]string) error {
+	if len(kv) == 0 {
+		return nil
+	}
+	img, err := librbd.OpenImage(ioctx, name, librbd.NoSnapshot)
+	if err != nil {
+		return fmt.Errorf("opening image %s: %w", name, classify(err))
+	}
+	defer img.Close()
+	keys := make([]string, 0, len(kv))
+	for k := range kv {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if err := img.SetMetadata(k, kv[k]); err != nil {
+			return fmt.Errorf("setting metadata %s on image %s: %w", k, name, classify(err))
+		}
+	}
+	return nil
+}
+
+// SetMetadata sets keys on an existing image.
+func (b *Backend) SetMetadata(ctx context.Context, p Pool, name string, kv map[string]string) error {
+	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+		return setMetadata(ioctx, name, kv)
+	})
+}
+
+// Stat reads an image's size, ID and metadata without registering a watch.
+func (b *Backend) Stat(ctx context.Context, p Pool, name string) (ImageInfo, error) {
+	var info ImageInfo
+	err := b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+		img, err := librbd.OpenImageReadOnly(ioctx, name, librbd.NoSnapshot)
+		if err != nil {
+			return fmt.Errorf("opening image %s/%s: %w", p.Name, name, classify(err))
+		}
+		defer img.Close()
+		info.Name = name
+		if info.Size, err = img.GetSize(); err != nil {
+			return fmt.Errorf("size of image %s: %w", name, classify(err))
+		}
+		if info.ID, err = img.GetId(); err != nil {
+			return fmt.Errorf("id of image %s: %w", name, classify(err))
+		}
+		if info.Metadata, err = img.ListMetadata(); err != nil {
+			return fmt.Errorf("metadata of image %s: %w", name, classify(err))
+		}
+		return nil
+	})
+	return info, err
+}
+
+// Resize sets the image size.
+func (b *Backend) Resize(ctx context.Context, p Pool, name string, size uint64) error {
+	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+		img, err := librbd.OpenImage(ioctx, name, librbd.NoSnapshot)
+		if err != nil {
+			return fmt.Errorf("opening image %s/%s: %w", p.Name, name, classify(err))
+		}
+		defer img.Close()
+		if err := img.Resize(size); err != nil {
+			return fmt.Errorf("resizing image %s/%s: %w", p.Name, name, classify(err))
+		}
+		return nil
+	})
+}
+
+// RemoveImage deletes an image. It fails with ErrBusy while a client has
+// the image open (mapped on a node) and with ErrHasSnapshots while it has
+// snapshots.
+func (b *Backend) RemoveImage(ctx context.Context, p Pool, name string) error {
+	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+		if err := librbd.RemoveImage(ioctx, name); err != nil {
+			return fmt.Errorf("removing image %s/%s: %w", p.Name, name, classify(err))
+		}
+		return nil
+	})
+}
+
+// ListImages returns the names of the pool's images, sorted.
+func (b *Backend) ListImages(ctx context.Context, p Pool) ([]string, error) {
+	var names []string
+	err := b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+		var err error
+		names, err = librbd.GetImageNames(ioctx)
+		if err != nil {
+			return fmt.Errorf("listing images of pool %s: %w", p.Name, classify(err))
+		}
+		sort.Strings(names)
+		return nil
+	})
+	return names, err
+}
+
+// PoolAvailable returns how many bytes can still be written to the pool, as
+// `ceph df` reports it (max_avail, which accounts for replication and the
+// fullest OSD).
+func (b *Backend) PoolAvailable(ctx context.Context, p Pool) (int64, error) {
+	var avail int64
+	err := b.withConn(ctx, p.MonHost, p.Cred, func(conn *rados.Conn) error {
+		var err error
+		avail, err = poolAvailable(conn, p.Name)
+		return err
+	})
+	return avail, err
+}
+
+// ListPools returns the cluster's pool names.
+func (b *Backend) ListPools(ctx context.Context, monHost string, cred config.Credentials) ([]string, error) {
+	var pools []string
+	err := b.withConn(ctx, monHost, cred, func(conn *rados.Conn) error {
+		var err error
+		if pools, err = conn.ListPools(); err != nil {
+			return fmt.Errorf("listing pools: %w", classify(err))
+		}
+		sort.Strings(pools)
+		return nil
+	})
+	return pools, err
+}
+
+func poolAvailable(conn *rados.Conn, pool string) (int64, error) {
+	out, status, err := conn.MonCommand([]byte(`{"prefix":"df","format":"json"}`))
+	if err != nil {
+		return 0, fmt.Errorf("ceph df: %s: %w", status, classify(err))
+	}
+	var df struct {
+		Pools []struct {
+			Name  string `json:"name"`
+			Stats struct {
+				MaxAvail int64 `json:"max_avail"`
+			} `json:"stats"`
+		} `json:"pools"`
+	}
+	if err := json.Unmarshal(out, &df); err != nil {
+		return 0, fmt.Errorf("parsing ceph df: %w", err)
+	}
+	for _, p := range df.Pools {
+		if p.Name == pool {
+			return p.Stats.MaxAvail, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: pool %q", ErrPoolNotFound, pool)
+}

@@ -1,0 +1,202 @@
+// Package rbd is the only package that talks to Ceph through go-ceph:
+// cached cluster connections, images, snapshots and metadata. Every call is
+// bounded by the caller's context and by librados' own op timeouts.
+package rbd
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ceph/go-ceph/rados"
+	"k8s.io/klog/v2"
+
+	"github.com/rbdcsi/rbdcsi/internal/config"
+)
+
+// Options tune the connection cache.
+type Options struct {
+	// OpTimeout bounds each librados operation (mon and osd ops, and the
+	// initial connect), so an unreachable cluster never hangs a call.
+	OpTimeout time.Duration
+	// IdleTimeout closes a connection nobody used for this long.
+	IdleTimeout time.Duration
+}
+
+// DefaultOptions suit a controller serving Kubernetes sidecars, whose
+// default RPC timeout is 10-15 s.
+func DefaultOptions() Options {
+	return Options{OpTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
+}
+
+// Conns caches one librados connection per (monitors, user, key).
+type Conns struct {
+	opts Options
+
+	mu      sync.Mutex
+	entries map[string]*connEntry
+	closed  bool
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+type connEntry struct {
+	ready    chan struct{} // closed once conn or err is set
+	conn     *rados.Conn
+	err      error
+	refs     int
+	lastUsed time.Time
+}
+
+// NewConns starts a cache; Close shuts its connections down.
+func NewConns(opts Options) *Conns {
+	c := &Conns{opts: opts, entries: map[string]*connEntry{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go c.reapIdle()
+	return c
+}
+
+// Close shuts down every cached connection.
+func (c *Conns) Close() {
+	close(c.stop)
+	<-c.done
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for k, e := range c.entries {
+		c.shutdown(k, e)
+	}
+}
+
+func cacheKey(monHost string, cred config.Credentials) string {
+	sum := sha256.Sum256([]byte(monHost + "\x00" + cred.ID + "\x00" + cred.Key))
+	return hex.EncodeToString(sum[:])
+}
+
+// get returns a connected handle and a release function.
+func (c *Conns) get(ctx context.Context, monHost string, cred config.Credentials) (*rados.Conn, func(), error) {
+	key := cacheKey(monHost, cred)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, nil, errClosed
+	}
+	e, ok := c.entries[key]
+	if !ok {
+		e = &connEntry{ready: make(chan struct{})}
+		c.entries[key] = e
+		go c.connect(key, e, monHost, cred)
+	}
+	e.refs++
+	c.mu.Unlock()
+
+	release := func() {
+		c.mu.Lock()
+		e.refs--
+		e.lastUsed = time.Now()
+		c.mu.Unlock()
+	}
+	select {
+	case <-e.ready:
+	case <-ctx.Done():
+		release()
+		return nil, nil, fmt.Errorf("connecting to monitors %s: %w", monHost, wrapCtx(ctx.Err()))
+	}
+	if e.err != nil {
+		release()
+		return nil, nil, e.err
+	}
+	return e.conn, release, nil
+}
+
+// connect runs apart from any request, so a request that gives up does not
+// leave a half-made entry; a failed entry is dropped for the next caller.
+func (c *Conns) connect(key string, e *connEntry, monHost string, cred config.Credentials) {
+	conn, err := dial(monHost, cred, c.opts.OpTimeout)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed && err == nil {
+		conn.Shutdown()
+		conn, err = nil, errClosed
+	}
+	e.conn, e.err, e.lastUsed = conn, err, time.Now()
+	if err != nil && c.entries[key] == e {
+		delete(c.entries, key)
+	}
+	close(e.ready)
+}
+
+func dial(monHost string, cred config.Credentials, timeout time.Duration) (*rados.Conn, error) {
+	conn, err := rados.NewConnWithUser(cred.ID)
+	if err != nil {
+		return nil, fmt.Errorf("creating Ceph client: %w", classify(err))
+	}
+	secs := strconv.Itoa(max(1, int(timeout.Seconds())))
+	for _, o := range [][2]string{
+		{"mon_host", monHost},
+		{"key", cred.Key},
+		{"keyring", "/dev/null"}, // never read a keyring from the node's disk
+		{"client_mount_timeout", secs},
+		{"rados_mon_op_timeout", secs},
+		{"rados_osd_op_timeout", secs},
+		{"admin_socket", ""},
+		{"log_to_stderr", "false"},
+		{"err_to_stderr", "false"},
+	} {
+		if err := conn.SetConfigOption(o[0], o[1]); err != nil {
+			conn.Shutdown()
+			return nil, fmt.Errorf("setting Ceph option %s: %w", o[0], classify(err))
+		}
+	}
+	start := time.Now()
+	if err := conn.Connect(); err != nil {
+		conn.Shutdown()
+		return nil, fmt.Errorf("connecting to monitors %s as %s: %w", monHost, cred, classify(err))
+	}
+	klog.V(4).InfoS("connected to Ceph", "monitors", monHost, "user", cred.ID, "took", time.Since(start))
+	return conn, nil
+}
+
+func (c *Conns) reapIdle() {
+	defer close(c.done)
+	every := max(c.opts.IdleTimeout/4, time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case now := <-t.C:
+			c.mu.Lock()
+			for k, e := range c.entries {
+				select {
+				case <-e.ready:
+				default:
+					continue // still connecting
+				}
+				if e.refs == 0 && now.Sub(e.lastUsed) > c.opts.IdleTimeout {
+					c.shutdown(k, e)
+				}
+			}
+			c.mu.Unlock()
+		}
+	}
+}
+
+// shutdown must be called with c.mu held.
+func (c *Conns) shutdown(key string, e *connEntry) {
+	delete(c.entries, key)
+	if e.conn != nil {
+		e.conn.Shutdown()
+	}
+}
+
+// Len reports how many connections are cached (for tests and metrics).
+func (c *Conns) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries)
+}
