@@ -7,7 +7,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 dir=$(mktemp -d /tmp/rbdcsi-cluster.XXXXXX)
 cleanup() { "$here/ceph-cluster.sh" down "$dir" >/dev/null 2>&1 || true; }
 trap cleanup EXIT INT TERM
-"$here/ceph-cluster.sh" up "$dir"
+# The mgr serves pool statistics (GetCapacity); RBD itself does not need it.
+CEPH_WITH_MGR=${CEPH_WITH_MGR:-1} "$here/ceph-cluster.sh" up "$dir"
 set -a
 # shellcheck disable=SC1091
 source "$dir/env"

@@ -201,8 +201,9 @@ func (b *Backend) ListImages(ctx context.Context, p Pool) ([]string, error) {
 }
 
 // PoolAvailable returns how many bytes can still be written to the pool, as
-// `ceph df` reports it (max_avail, which accounts for replication and the
-// fullest OSD).
+// `ceph df detail` reports it: max_avail (which accounts for replication
+// and the fullest OSD), capped by the pool's byte quota. The statistics
+// come from the ceph-mgr; without one Ceph has none to give.
 func (b *Backend) PoolAvailable(ctx context.Context, p Pool) (int64, error) {
 	var avail int64
 	err := b.withConn(ctx, p.MonHost, p.Cred, func(conn *rados.Conn) error {
@@ -228,7 +229,7 @@ func (b *Backend) ListPools(ctx context.Context, monHost string, cred config.Cre
 }
 
 func poolAvailable(conn *rados.Conn, pool string) (int64, error) {
-	out, status, err := conn.MonCommand([]byte(`{"prefix":"df","format":"json"}`))
+	out, status, err := conn.MonCommand([]byte(`{"prefix":"df","detail":"detail","format":"json"}`))
 	if err != nil {
 		return 0, fmt.Errorf("ceph df: %s: %w", status, classify(err))
 	}
@@ -236,7 +237,9 @@ func poolAvailable(conn *rados.Conn, pool string) (int64, error) {
 		Pools []struct {
 			Name  string `json:"name"`
 			Stats struct {
-				MaxAvail int64 `json:"max_avail"`
+				MaxAvail   int64 `json:"max_avail"`
+				QuotaBytes int64 `json:"quota_bytes"`
+				Stored     int64 `json:"stored"`
 			} `json:"stats"`
 		} `json:"pools"`
 	}
@@ -244,8 +247,18 @@ func poolAvailable(conn *rados.Conn, pool string) (int64, error) {
 		return 0, fmt.Errorf("parsing ceph df: %w", err)
 	}
 	for _, p := range df.Pools {
-		if p.Name == pool {
-			return p.Stats.MaxAvail, nil
+		if p.Name != pool {
+			continue
+		}
+		avail := p.Stats.MaxAvail
+		if q := p.Stats.QuotaBytes; q > 0 {
+			avail = max(0, min(avail, q-p.Stats.Stored))
+		}
+		return avail, nil
+	}
+	if len(df.Pools) == 0 {
+		if _, err := conn.GetPoolByName(pool); err == nil {
+			return 0, fmt.Errorf("%w: Ceph reports no pool statistics (is a ceph-mgr running?)", ErrUnavailable)
 		}
 	}
 	return 0, fmt.Errorf("%w: pool %q", ErrPoolNotFound, pool)

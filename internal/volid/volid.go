@@ -18,7 +18,8 @@ const (
 	MaxClusterIDLen = 40
 	MaxPoolLen      = 32
 	maxImageLen     = 40
-	maxSnapLen      = 30
+	maxImageIDLen   = 24 // RBD image IDs are 12-16 hex digits
+	maxSnapLen      = 26
 )
 
 const (
@@ -100,7 +101,7 @@ func (s Snapshot) Validate() error {
 	if err := ValidPool(s.Pool); err != nil {
 		return err
 	}
-	if err := validPart("image id", s.ImageID, maxImageLen); err != nil {
+	if err := validPart("image id", s.ImageID, maxImageIDLen); err != nil {
 		return err
 	}
 	return validPart("snapshot", s.Snap, maxSnapLen)

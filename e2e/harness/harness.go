@@ -1,0 +1,255 @@
+// Package harness runs the real plugin binary against the real Ceph cluster
+// that scripts/with-cluster.sh boots, for the end-to-end tests.
+package harness
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Cluster is the local Ceph cluster described by the env file of
+// scripts/ceph-cluster.sh (exported into the environment by with-cluster.sh).
+type Cluster struct {
+	Conf, MonHost, FSID, Pool, ClusterID, Dir string
+	AdminKey, CSIUser, CSIKey               string
+	ConfigFile                              string // the driver's cluster map
+}
+
+// LoadCluster reads the cluster from the environment. Without one the tests
+// cannot mean anything, so it fails rather than skips.
+func LoadCluster(t testing.TB) Cluster {
+	t.Helper()
+	c := Cluster{
+		Conf: os.Getenv("CEPH_CONF"), MonHost: os.Getenv("CEPH_MON_HOST"), FSID: os.Getenv("CEPH_FSID"),
+		Pool: os.Getenv("CEPH_POOL"), ClusterID: os.Getenv("CEPH_CLUSTER_ID"), Dir: os.Getenv("CEPH_DIR"),
+		AdminKey: os.Getenv("CEPH_ADMIN_KEY"), CSIUser: os.Getenv("CEPH_CSI_USER"), CSIKey: os.Getenv("CEPH_CSI_KEY"),
+	}
+	if c.Conf == "" || c.CSIKey == "" || c.Dir == "" {
+		t.Fatal("no Ceph cluster in the environment: run these tests through `make integration` (scripts/with-cluster.sh)")
+	}
+	c.ConfigFile = filepath.Join(c.Dir, "cluster-config.json")
+	return c
+}
+
+// Secrets are the CSI secrets of the non-admin CSI user.
+func (c Cluster) Secrets() map[string]string {
+	return map[string]string{"userID": c.CSIUser, "userKey": c.CSIKey}
+}
+
+// Params are StorageClass parameters for the test pool.
+func (c Cluster) Params(extra ...string) map[string]string {
+	p := map[string]string{"clusterID": c.ClusterID, "pool": c.Pool}
+	for i := 0; i+1 < len(extra); i += 2 {
+		p[extra[i]] = extra[i+1]
+	}
+	return p
+}
+
+// RBD runs the rbd CLI as admin (test-side inspection only; the driver's
+// controller never shells out).
+func (c Cluster) RBD(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	full := append([]string{"-c", c.Conf, "--id", "admin", "--key", c.AdminKey}, args...)
+	out, err := exec.CommandContext(ctx, "rbd", full...).CombinedOutput()
+	return string(out), err
+}
+
+// Images lists the images in the test pool.
+func (c Cluster) Images(t testing.TB) []string {
+	t.Helper()
+	out, err := c.RBD("ls", "-p", c.Pool)
+	if err != nil {
+		t.Fatalf("rbd ls: %v: %s", err, out)
+	}
+	return strings.Fields(out)
+}
+
+// Binary is the plugin built by `make build` (or $RBDPLUGIN).
+func Binary(t testing.TB) string {
+	if b := os.Getenv("RBDPLUGIN"); b != "" {
+		return b
+	}
+	_, file, _, _ := runtime.Caller(0)
+	b := filepath.Join(filepath.Dir(file), "..", "..", "bin", "rbdplugin")
+	if _, err := os.Stat(b); err != nil {
+		t.Fatalf("plugin binary %s missing: run `make build` first", b)
+	}
+	return b
+}
+
+// Plugin is one running plugin process and a client connection to it.
+type Plugin struct {
+	Socket string
+	Conn   *grpc.ClientConn
+	args   []string
+	t      testing.TB
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	logs *lockedBuffer
+	done chan struct{}
+}
+
+// StartPlugin runs the plugin with the given flags (plus --endpoint and
+// --cluster-config) and waits until it answers. It is stopped when the
+// test ends.
+func StartPlugin(t testing.TB, c Cluster, args ...string) *Plugin {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "rbdcsi-plugin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Plugin{Socket: filepath.Join(dir, "csi.sock"), t: t, logs: &lockedBuffer{}}
+	p.args = append([]string{"--endpoint", "unix://" + p.Socket, "--cluster-config", c.ConfigFile}, args...)
+	p.Start()
+	conn, err := grpc.NewClient("unix://"+p.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Conn = conn
+	t.Cleanup(func() {
+		conn.Close()
+		p.Stop()
+		os.RemoveAll(dir)
+		if t.Failed() {
+			t.Logf("plugin log:\n%s", p.Logs())
+		}
+	})
+	return p
+}
+
+// Start (re)starts the process and waits for its socket.
+func (p *Plugin) Start() {
+	p.t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cmd := exec.Command(Binary(p.t), p.args...)
+	cmd.Stdout, cmd.Stderr = p.logs, p.logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	p.cmd, p.done = cmd, done
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(p.Socket); err == nil {
+			return
+		}
+		select {
+		case <-done:
+			p.t.Fatalf("plugin exited at start:\n%s", p.logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("plugin did not create %s in time:\n%s", p.Socket, p.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Stop sends SIGTERM and waits for a clean exit (SIGKILL after 30 s).
+func (p *Plugin) Stop() { p.signal(syscall.SIGTERM, 30*time.Second) }
+
+// Kill sends SIGKILL, as a crash would.
+func (p *Plugin) Kill() { p.signal(syscall.SIGKILL, 10*time.Second) }
+
+func (p *Plugin) signal(sig syscall.Signal, wait time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+	case <-time.After(wait):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	p.cmd = nil
+}
+
+// Logs returns everything the plugin printed so far.
+func (p *Plugin) Logs() string { return p.logs.String() }
+
+// Identity, Controller and Node are clients on the plugin's socket.
+func (p *Plugin) Identity() csi.IdentityClient     { return csi.NewIdentityClient(p.Conn) }
+func (p *Plugin) Controller() csi.ControllerClient { return csi.NewControllerClient(p.Conn) }
+func (p *Plugin) Node() csi.NodeClient             { return csi.NewNodeClient(p.Conn) }
+
+// WriteControllerSecretDir writes the userID/userKey files the controller
+// reads with --controller-secret-dir, laid out as a mounted Secret.
+func WriteControllerSecretDir(t testing.TB, c Cluster) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, v := range c.Secrets() {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Ctx is a context bounded like a sidecar's call.
+func Ctx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// ExpectNoImages fails the test if the pool holds any image or trash entry.
+func (c Cluster) ExpectNoImages(t testing.TB) {
+	t.Helper()
+	if imgs := c.Images(t); len(imgs) > 0 {
+		t.Errorf("leaked images in pool %s: %v", c.Pool, imgs)
+	}
+	out, err := c.RBD("trash", "ls", "-p", c.Pool)
+	if err != nil {
+		t.Fatalf("rbd trash ls: %v: %s", err, out)
+	}
+	if strings.TrimSpace(out) != "" {
+		t.Errorf("leaked trash entries in pool %s: %s", c.Pool, out)
+	}
+}
+
+// Must fails the test on err.
+func Must(t testing.TB, err error, what string, args ...any) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", fmt.Sprintf(what, args...), err)
+	}
+}

@@ -1,0 +1,173 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseClusters(t *testing.T) {
+	good := `[{"clusterID":"c1","monitors":["v2:127.0.0.1:3300","10.0.0.2:6789"]},{"clusterID":"c2","monitors":["[v2:[::1]:3300,v1:[::1]:6789]"]}]`
+	cs, err := ParseClusters([]byte(good))
+	if err != nil || len(cs) != 2 || cs[0].MonHost() != "v2:127.0.0.1:3300,10.0.0.2:6789" {
+		t.Fatalf("ParseClusters = %+v, %v", cs, err)
+	}
+	for name, bad := range map[string]string{
+		"not a list":       `{"clusterID":"c1"}`,
+		"unknown field":    `[{"clusterID":"c1","monitors":["m:1"],"extra":1}]`,
+		"no monitors":      `[{"clusterID":"c1","monitors":[]}]`,
+		"duplicate":        `[{"clusterID":"c1","monitors":["m:1"]},{"clusterID":"c1","monitors":["m:2"]}]`,
+		"bad id":           `[{"clusterID":"../etc","monitors":["m:1"]}]`,
+		"empty id":         `[{"clusterID":"","monitors":["m:1"]}]`,
+		"option injection": `[{"clusterID":"c1","monitors":["--keyring=/x"]}]`,
+		"shell chars":      `[{"clusterID":"c1","monitors":["m:1;reboot"]}]`,
+		"trailing data":    `[] []`,
+		"huge":             "[" + strings.Repeat(" ", maxMapBytes) + "]",
+	} {
+		if _, err := ParseClusters([]byte(bad)); err == nil {
+			t.Errorf("%s: accepted %.60q", name, bad)
+		}
+	}
+}
+
+func TestClusterMapReloads(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "clusters.json")
+	write := func(s string, mtime time.Time) {
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now()
+	write(`[{"clusterID":"a","monitors":["m:1"]}]`, now.Add(-time.Hour))
+	m, err := LoadClusterMap(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.interval = 0 // check the file on every call
+	if _, err := m.Lookup("a"); err != nil {
+		t.Fatal(err)
+	}
+	write(`[{"clusterID":"b","monitors":["m:2"]}]`, now)
+	if _, err := m.Lookup("b"); err != nil {
+		t.Fatalf("new cluster not picked up: %v", err)
+	}
+	write(`not json`, now.Add(time.Minute))
+	if m.Health() == nil {
+		t.Fatal("a broken map on disk did not make the map unhealthy")
+	}
+	if _, err := m.Lookup("b"); err != nil {
+		t.Fatalf("the last good map was dropped: %v", err)
+	}
+	if _, err := LoadClusterMap(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Fatal("a missing map loaded")
+	}
+}
+
+func TestCredentials(t *testing.T) {
+	key := "AQBo3ZJkAAAAABAA4tZzC4Uo0pC6Rz2xkW7b8g=="
+	c, err := CredentialsFromSecrets(map[string]string{"userID": "client.csi", "userKey": key})
+	if err != nil || c.ID != "csi" || c.Key != key {
+		t.Fatalf("got %+v, %v", c, err)
+	}
+	for _, s := range []string{c.String(), c.GoString()} {
+		if strings.Contains(s, key) {
+			t.Fatalf("credentials print their key: %s", s)
+		}
+	}
+	for name, secrets := range map[string]map[string]string{
+		"missing key": {"userID": "csi"},
+		"missing id":  {"userKey": key},
+		"option id":   {"userID": "--admin", "userKey": key},
+		"space id":    {"userID": "a b", "userKey": key},
+		"bad key":     {"userID": "csi", "userKey": "abc;rm -rf /"},
+	} {
+		_, err := CredentialsFromSecrets(secrets)
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+			continue
+		}
+		if v := secrets["userKey"]; v != "" && strings.Contains(err.Error(), v) {
+			t.Errorf("%s: the error shows the key: %v", name, err)
+		}
+	}
+}
+
+func TestParseParams(t *testing.T) {
+	p, err := ParseParams(map[string]string{
+		"clusterID": "c1", "pool": "rbd", "imageFeatures": "layering,exclusive-lock,object-map,fast-diff",
+		"csi.storage.k8s.io/fstype": "xfs", "mounter": "fuse", "mapOptions": "lock_on_read,queue_depth=128",
+		"mkfsOptions": "-m0 -E nodiscard", "csi.storage.k8s.io/pvc/name": "data",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.FsType != "xfs" || len(p.ImageFeatures) != 4 || len(p.MkfsOptions) != 3 {
+		t.Fatalf("got %+v", p)
+	}
+	if ctx := p.VolumeContext(); ctx["mounter"] != "fuse" || ctx["clusterID"] != "c1" {
+		t.Fatalf("volume context %+v", ctx)
+	}
+	d, err := ParseParams(map[string]string{"clusterID": "c1", "pool": "rbd"})
+	if err != nil || strings.Join(d.ImageFeatures, ",") != "layering" {
+		t.Fatalf("defaults: %+v, %v", d, err)
+	}
+	for name, in := range map[string]map[string]string{
+		"no cluster":     {"pool": "rbd"},
+		"no pool":        {"clusterID": "c1"},
+		"bad pool":       {"clusterID": "c1", "pool": "a/b"},
+		"unknown param":  {"clusterID": "c1", "pool": "rbd", "imagefeatures": "layering"},
+		"journaling":     {"clusterID": "c1", "pool": "rbd", "imageFeatures": "layering,journaling"},
+		"missing dep":    {"clusterID": "c1", "pool": "rbd", "imageFeatures": "layering,fast-diff"},
+		"bad fs":         {"clusterID": "c1", "pool": "rbd", "csi.storage.k8s.io/fstype": "ntfs"},
+		"bad mounter":    {"clusterID": "c1", "pool": "rbd", "mounter": "rbd-nbd"},
+		"smuggle option": {"clusterID": "c1", "pool": "rbd", "mapOptions": "ro --id admin"},
+		"dash option":    {"clusterID": "c1", "pool": "rbd", "mapOptions": "-o,x"},
+		"shell mkfs":     {"clusterID": "c1", "pool": "rbd", "mkfsOptions": "-m0 $(reboot)"},
+		"long cluster":   {"clusterID": strings.Repeat("c", 41), "pool": "rbd"},
+	} {
+		if _, err := ParseParams(in); err == nil {
+			t.Errorf("%s: accepted %v", name, in)
+		}
+	}
+}
+
+func FuzzParseParams(f *testing.F) {
+	f.Add("c1", "rbd", "layering", "lock_on_read", "-m0")
+	f.Add("", "", "", "", "")
+	f.Add("c", "p", "layering,exclusive-lock", "a=b,c", "-E nodiscard")
+	f.Fuzz(func(t *testing.T, cluster, pool, features, mapOpts, mkfs string) {
+		p, err := ParseParams(map[string]string{"clusterID": cluster, "pool": pool, "imageFeatures": features, "mapOptions": mapOpts, "mkfsOptions": mkfs})
+		if err != nil {
+			return
+		}
+		for _, a := range append(p.MkfsOptions, p.MapOptions) {
+			if strings.ContainsAny(a, " ;|&$`\\\"'\n\x00") {
+				t.Fatalf("accepted unsafe argument %q", a)
+			}
+		}
+	})
+}
+
+func FuzzParseClusters(f *testing.F) {
+	f.Add([]byte(`[{"clusterID":"c1","monitors":["v2:127.0.0.1:3300"]}]`))
+	f.Add([]byte(`[]`))
+	f.Add([]byte(`{`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cs, err := ParseClusters(data)
+		if err != nil {
+			return
+		}
+		for _, c := range cs {
+			for _, m := range c.Monitors {
+				if strings.HasPrefix(m, "-") || strings.ContainsAny(m, " ;\n\x00") {
+					t.Fatalf("accepted monitor %q", m)
+				}
+			}
+		}
+	})
+}

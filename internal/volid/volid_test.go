@@ -1,0 +1,64 @@
+package volid
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestVolumeRoundTrip(t *testing.T) {
+	v := Volume{ClusterID: "b9127830-b0cc-4e34-aa47-9d1a2e9949a8", Pool: "replicapool", Image: "csi-vol-0123456789abcdef0123"}
+	id := v.String()
+	got, err := DecodeVolume(id)
+	if err != nil || got != v {
+		t.Fatalf("DecodeVolume(%q) = %+v, %v; want %+v", id, got, err, v)
+	}
+	long := Volume{ClusterID: strings.Repeat("c", MaxClusterIDLen), Pool: strings.Repeat("p", MaxPoolLen), Image: strings.Repeat("i", maxImageLen)}
+	if err := long.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(long.String()); n > MaxLen {
+		t.Fatalf("longest volume ID is %d bytes, over %d", n, MaxLen)
+	}
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	s := Snapshot{ClusterID: "c1", Pool: "rbd", ImageID: "10b2e8c1f3a4", Snap: "csi-snap-0011223344"}
+	got, err := DecodeSnapshot(s.String())
+	if err != nil || got != s {
+		t.Fatalf("DecodeSnapshot = %+v, %v; want %+v", got, err, s)
+	}
+	long := Snapshot{ClusterID: strings.Repeat("c", MaxClusterIDLen), Pool: strings.Repeat("p", MaxPoolLen), ImageID: strings.Repeat("i", maxImageIDLen), Snap: strings.Repeat("s", maxSnapLen)}
+	if n := len(long.String()); n > MaxLen {
+		t.Fatalf("longest snapshot ID is %d bytes, over %d", n, MaxLen)
+	}
+	if _, err := DecodeVolume(s.String()); err == nil {
+		t.Fatal("a snapshot ID decoded as a volume ID")
+	}
+}
+
+func TestDecodeMalformed(t *testing.T) {
+	for _, id := range []string{
+		"", "v1", "v1:", "v1:c:p", "v1:c:p:i:x", "v2:c:p:i", "V1:c:p:i", "v1::p:i", "v1:c::i", "v1:c:p:",
+		"v1:../x:p:i", "v1:c:..:i", "v1:c:p:..", "v1:c:p:i\x00", "v1:c:p/q:i", "v1:c:p:i j", "v1:c;rm:p:i",
+		"v1:c:p:" + strings.Repeat("i", 10000), "reallyfakevolumeid", "s1:c:p:i:s",
+	} {
+		if v, err := DecodeVolume(id); err != ErrMalformed {
+			t.Errorf("DecodeVolume(%.40q) = %+v, %v; want ErrMalformed", id, v, err)
+		}
+	}
+}
+
+func FuzzDecodeVolume(f *testing.F) {
+	for _, s := range []string{"v1:c:p:i", "v1:c:p:csi-vol-00", "s1:c:p:id:snap", "", "v1:::", "v1:a:b:c:d"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		v, err := DecodeVolume(id)
+		if err != nil {
+			return
+		}
+		if v.String() != id || len(id) > MaxLen {
+			t.Fatalf("DecodeVolume(%q) accepted %+v, which encodes to %q", id, v, v.String())
+		}
+	})
+}
