@@ -25,8 +25,8 @@ import (
 const mib = 1 << 20
 
 type env struct {
-	c harness.Cluster
-	p *harness.Plugin
+	c  harness.Cluster
+	p  *harness.Plugin
 	cc csi.ControllerClient
 }
 

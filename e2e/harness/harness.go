@@ -25,8 +25,8 @@ import (
 // scripts/ceph-cluster.sh (exported into the environment by with-cluster.sh).
 type Cluster struct {
 	Conf, MonHost, FSID, Pool, ClusterID, Dir string
-	AdminKey, CSIUser, CSIKey               string
-	ConfigFile                              string // the driver's cluster map
+	AdminKey, CSIUser, CSIKey                 string
+	ConfigFile                                string // the driver's cluster map
 }
 
 // LoadCluster reads the cluster from the environment. Without one the tests
