@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -149,7 +150,9 @@ func (p *Plugin) Start() {
 	p.cmd, p.done = cmd, done
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if _, err := os.Stat(p.Socket); err == nil {
+		// The socket file appears at bind, a moment before the listen.
+		if c, err := net.DialTimeout("unix", p.Socket, time.Second); err == nil {
+			c.Close()
 			return
 		}
 		select {

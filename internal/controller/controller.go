@@ -24,6 +24,16 @@ type Backend interface {
 	ListImages(ctx context.Context, p rbd.Pool) ([]string, error)
 	ListPools(ctx context.Context, monHost string, cred config.Credentials) ([]string, error)
 	PoolAvailable(ctx context.Context, p rbd.Pool) (int64, error)
+
+	StatFamily(ctx context.Context, p rbd.Pool, name, id string) (rbd.Family, error)
+	CreateSnapshot(ctx context.Context, p rbd.Pool, image, snap string) error
+	RemoveSnapshot(ctx context.Context, p rbd.Pool, imageID, snap string) error
+	Clone(ctx context.Context, parent, child rbd.Pool, name string, spec rbd.CloneSpec) error
+	Flatten(ctx context.Context, p rbd.Pool, name string) error
+	Rename(ctx context.Context, p rbd.Pool, from, to string) error
+	SetMetadata(ctx context.Context, p rbd.Pool, name string, kv map[string]string) error
+	Claim(ctx context.Context, p rbd.Pool, object, value string) (string, error)
+	Unclaim(ctx context.Context, p rbd.Pool, object string) error
 }
 
 // Clusters resolves a clusterID to its monitors.
@@ -37,10 +47,27 @@ const (
 	// metaName holds the CreateVolume request name. Its presence marks the
 	// image as finished: an image without it is the remains of a crash.
 	metaName = "rbdcsi.name"
+	// metaSource holds the snapshot or volume ID a volume was made from.
+	metaSource = "rbdcsi.source"
+	// metaDepth counts the clone ancestors of an image (absent: 0).
+	metaDepth = "rbdcsi.depth"
 )
 
-// volumePrefix starts the name of every image this driver creates.
-const volumePrefix = "csi-vol-"
+// Name prefixes of what the driver creates in a pool.
+const (
+	volumePrefix = "csi-vol-"
+	// hiddenPrefix + RBD image ID names a deleted volume kept for its
+	// snapshots or clones; it is removed with its last dependent.
+	hiddenPrefix = "csi-del-"
+	snapPrefix   = "csi-snap-"
+	// tmpSnapPrefix names the snapshot a volume-to-volume clone is made
+	// from; it is deleted right after and lives on only in the RBD trash
+	// namespace while the clone depends on it.
+	tmpSnapPrefix = "csi-tmp-"
+	// claimPrefix names the RADOS object that ties a snapshot name to its
+	// source image, so a name reused for another source is refused.
+	claimPrefix = "rbdcsi.snap."
+)
 
 // Options configure a Controller.
 type Options struct {
@@ -49,22 +76,53 @@ type Options struct {
 	// Credentials serve the calls that carry no secrets (ListVolumes,
 	// GetCapacity, ControllerGetVolume). Nil: those are not offered.
 	Credentials *config.Credentials
+	// CloneDepthSoft: deeper clones are flattened in the background.
+	CloneDepthSoft int
+	// CloneDepthHard: deeper clones are flattened before CreateVolume
+	// reports success.
+	CloneDepthHard int
+	// MaxSnapshotsPerImage bounds the snapshots of one image.
+	MaxSnapshotsPerImage int
 }
+
+// Defaults for Options.
+const (
+	DefaultCloneDepthSoft       = 4
+	DefaultCloneDepthHard       = 8
+	DefaultMaxSnapshotsPerImage = 450 // below krbd's 510-snapshot context limit
+)
 
 // Controller is the CSI Controller service.
 type Controller struct {
 	csi.UnimplementedControllerServer
 
-	backend  Backend
-	clusters Clusters
-	cred     *config.Credentials
-	locks    *lock.Keyed
+	backend   Backend
+	clusters  Clusters
+	cred      *config.Credentials
+	locks     *lock.Keyed
+	opts      Options
+	flattener *flattener
 }
 
 // New returns a Controller.
 func New(o Options) *Controller {
-	return &Controller{backend: o.Backend, clusters: o.Clusters, cred: o.Credentials, locks: lock.New()}
+	if o.CloneDepthSoft <= 0 {
+		o.CloneDepthSoft = DefaultCloneDepthSoft
+	}
+	if o.CloneDepthHard <= 0 {
+		o.CloneDepthHard = DefaultCloneDepthHard
+	}
+	if o.MaxSnapshotsPerImage <= 0 {
+		o.MaxSnapshotsPerImage = DefaultMaxSnapshotsPerImage
+	}
+	c := &Controller{backend: o.Backend, clusters: o.Clusters, cred: o.Credentials, locks: lock.New(), opts: o}
+	c.flattener = newFlattener(c)
+	return c
 }
+
+// Close stops background work (flattens in flight are abandoned; a later
+// CreateVolume on the same chain starts them again).
+func (c *Controller) Close() { c.flattener.stop() }
 
 // imageName derives the image name from the request name, so a retried
 // CreateVolume finds the image its earlier attempt made without any
@@ -72,8 +130,15 @@ func New(o Options) *Controller {
 // keep consistent. 80 bits of hash; the stored request name catches a
 // collision.
 func imageName(requestName string) string {
-	sum := sha256.Sum256([]byte(requestName))
-	return volumePrefix + hex.EncodeToString(sum[:10])
+	return volumePrefix + hash(requestName, 10)
+}
+
+// snapName derives the RBD snapshot name from the CreateSnapshot name.
+func snapName(requestName string) string { return snapPrefix + hash(requestName, 8) }
+
+func hash(s string, n int) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:n])
 }
 
 func isVolumeImage(name string) bool {
@@ -87,6 +152,10 @@ func (c *Controller) ControllerGetCapabilities(context.Context, *csi.ControllerG
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
 		csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
 		csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+		csi.ControllerServiceCapability_RPC_GET_SNAPSHOT,
+		csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
 	}
 	if c.cred != nil {
 		caps = append(caps,

@@ -42,9 +42,6 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if outOfRange != nil {
 		return nil, status.Error(codes.OutOfRange, outOfRange.Error())
 	}
-	if req.GetVolumeContentSource() != nil {
-		return nil, status.Error(codes.InvalidArgument, "creating a volume from a snapshot or another volume is not supported yet")
-	}
 	pool, err := c.pool(params.ClusterID, params.Pool, req.GetSecrets(), false)
 	if err != nil {
 		return nil, err
@@ -65,7 +62,12 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		DataPool: params.DataPool,
 		Metadata: map[string]string{metaName: name},
 	}
-	finalSize, err := c.createImage(ctx, pool, vol.Image, name, spec, req.GetCapacityRange())
+	var finalSize int64
+	if cs := req.GetVolumeContentSource(); cs != nil {
+		finalSize, err = c.createFromSource(ctx, pool, vol.Image, name, params, req.GetCapacityRange(), cs)
+	} else {
+		finalSize, err = c.createImage(ctx, pool, vol.Image, name, spec, req.GetCapacityRange())
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -73,6 +75,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		VolumeId:      vol.String(),
 		CapacityBytes: finalSize,
 		VolumeContext: params.VolumeContext(),
+		ContentSource: req.GetVolumeContentSource(),
 	}}, nil
 }
 
@@ -99,6 +102,8 @@ func (c *Controller) createImage(ctx context.Context, pool rbd.Pool, image, name
 			return 0, cephStatus(err)
 		}
 		switch owner := info.Metadata[metaName]; {
+		case owner == name && info.Metadata[metaSource] != "":
+			return 0, status.Errorf(codes.AlreadyExists, "volume %s already exists with a content source", name)
 		case owner == name:
 			if !fits(int64(info.Size), r) {
 				return 0, status.Errorf(codes.AlreadyExists, "volume %s already exists with size %d bytes, which does not fit the requested range", name, info.Size)
@@ -109,12 +114,8 @@ func (c *Controller) createImage(ctx context.Context, pool rbd.Pool, image, name
 		}
 		// An image without its name is what a crash between creating it and
 		// setting its metadata leaves. It was never handed out: replace it.
-		klog.InfoS("removing unfinished image left by an earlier attempt", "name", name, "pool", pool.Name, "image", image)
-		if err := c.backend.RemoveImage(ctx, pool, image); err != nil && !errors.Is(err, rbd.ErrNotFound) {
-			if errors.Is(err, rbd.ErrBusy) {
-				return 0, status.Errorf(codes.Aborted, "an earlier attempt to create volume %s is still running; retry later", name)
-			}
-			return 0, cephStatus(err)
+		if err := c.removeUnfinished(ctx, pool, image, name); err != nil {
+			return 0, err
 		}
 	}
 	return 0, status.Errorf(codes.Aborted, "volume %s changed while it was being created; retry", name)
@@ -142,18 +143,8 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	}
 	defer release()
 
-	err = c.backend.RemoveImage(ctx, pool, vol.Image)
-	switch {
-	case err == nil:
-		klog.V(2).InfoS("deleted volume", "volumeID", id)
-	case errors.Is(err, rbd.ErrNotFound), errors.Is(err, rbd.ErrPoolNotFound):
-		klog.V(2).InfoS("volume is gone already", "volumeID", id)
-	case errors.Is(err, rbd.ErrBusy):
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is in use: a node still has it mapped; unmount it first", id)
-	case errors.Is(err, rbd.ErrHasSnapshots):
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s still has snapshots; delete them first", id)
-	default:
-		return nil, cephStatus(err)
+	if err := c.removeVolume(ctx, pool, vol); err != nil {
+		return nil, err
 	}
 	return &csi.DeleteVolumeResponse{}, nil
 }

@@ -114,12 +114,7 @@ func setMetadata(ioctx *rados.IOContext, name string, kv map[string]string) erro
 		return fmt.Errorf("opening image %s: %w", name, classify(err))
 	}
 	defer img.Close()
-	keys := make([]string, 0, len(kv))
-	for k := range kv {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range sortedKeys(kv) {
 		if err := img.SetMetadata(k, kv[k]); err != nil {
 			return fmt.Errorf("setting metadata %s on image %s: %w", k, name, classify(err))
 		}
@@ -262,4 +257,13 @@ func poolAvailable(conn *rados.Conn, pool string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("%w: pool %q", ErrPoolNotFound, pool)
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

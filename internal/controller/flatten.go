@@ -1,0 +1,82 @@
+package controller
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
+)
+
+// flattenTimeout bounds one background flatten; a large image on a slow
+// cluster may need long, but never forever.
+const flattenTimeout = 6 * time.Hour
+
+// flattener copies deep clones' data out of their parents in the
+// background, one flatten per image at a time, off the request path.
+type flattener struct {
+	c      *Controller
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	running map[string]bool
+}
+
+func newFlattener(c *Controller) *flattener {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &flattener{c: c, ctx: ctx, cancel: cancel, running: map[string]bool{}}
+}
+
+func (f *flattener) stop() {
+	f.cancel()
+	f.wg.Wait()
+}
+
+// busy reports whether a flatten of the image is running.
+func (f *flattener) busy(pool rbd.Pool, image string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.running[pool.Name+"/"+image]
+}
+
+// start flattens the image unless that is running already. When it is
+// done the parent may be left without dependents and is reclaimed.
+func (f *flattener) start(pool rbd.Pool, image string, parent *rbd.Parent) {
+	key := pool.Name + "/" + image
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.running[key] || f.ctx.Err() != nil {
+		return
+	}
+	f.running[key] = true
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		defer func() {
+			f.mu.Lock()
+			delete(f.running, key)
+			f.mu.Unlock()
+		}()
+		ctx, cancel := context.WithTimeout(f.ctx, flattenTimeout)
+		defer cancel()
+		start := time.Now()
+		if err := f.c.backend.Flatten(ctx, pool, image); err != nil {
+			klog.ErrorS(err, "flattening a deep clone failed; the next clone from this chain retries", "pool", pool.Name, "image", image)
+			return
+		}
+		if err := f.c.backend.SetMetadata(ctx, pool, image, map[string]string{metaDepth: strconv.Itoa(0)}); err != nil {
+			klog.ErrorS(err, "recording a flattened clone's depth", "pool", pool.Name, "image", image)
+		}
+		klog.V(2).InfoS("flattened deep clone", "pool", pool.Name, "image", image, "took", time.Since(start))
+		if parent != nil {
+			if err := f.c.reclaim(ctx, parentPool(pool, parent), parent.ImageID); err != nil {
+				klog.ErrorS(err, "reclaiming a flattened clone's parent", "pool", parent.Pool, "imageID", parent.ImageID)
+			}
+		}
+	}()
+}

@@ -1,0 +1,220 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
+	"github.com/rbdcsi/rbdcsi/internal/volid"
+)
+
+// source is what a new volume is cloned from: a snapshot of a parent image.
+type source struct {
+	id    string // the CSI snapshot or volume ID
+	pool  rbd.Pool
+	image string // the parent image's current name
+	snap  string
+	size  uint64
+	depth int
+}
+
+// createFromSource makes a copy-on-write clone of a snapshot or a volume:
+// its cost does not grow with the data. A clone deeper than the soft limit
+// is flattened in the background; deeper than the hard limit, the call
+// reports Aborted until the flatten is done.
+func (c *Controller) createFromSource(ctx context.Context, pool rbd.Pool, image, name string, params config.Params, r *csi.CapacityRange, cs *csi.VolumeContentSource) (int64, error) {
+	srcID := sourceID(cs)
+	if srcID == "" {
+		return 0, status.Error(codes.InvalidArgument, "volume content source names neither a snapshot nor a volume")
+	}
+	// A finished volume from an earlier attempt answers the retry.
+	fam, err := c.backend.StatFamily(ctx, pool, image, "")
+	switch {
+	case err == nil && fam.Metadata[metaName] != "":
+		return c.adoptClone(ctx, pool, image, name, srcID, fam, r)
+	case err == nil:
+		if err := c.removeUnfinished(ctx, pool, image, name); err != nil {
+			return 0, err
+		}
+	case errors.Is(err, rbd.ErrPoolNotFound):
+		return 0, status.Errorf(codes.InvalidArgument, "pool %q does not exist in the cluster (check the StorageClass parameter %q)", pool.Name, config.ParamPool)
+	case !errors.Is(err, rbd.ErrNotFound):
+		return 0, cephStatus(err)
+	}
+
+	src, err := c.resolveSource(ctx, pool, params.ClusterID, name, cs)
+	if err != nil {
+		return 0, err
+	}
+	size, err := cloneSize(r, src.size)
+	if err != nil {
+		return 0, err
+	}
+	depth := src.depth + 1
+	spec := rbd.CloneSpec{ParentImage: src.image, ParentSnap: src.snap, ImageSpec: rbd.ImageSpec{
+		Size: size, Features: params.ImageFeatures, DataPool: params.DataPool,
+		Metadata: map[string]string{metaName: name, metaSource: srcID, metaDepth: strconv.Itoa(depth)},
+	}}
+	if err := c.backend.Clone(ctx, src.pool, pool, image, spec); err != nil {
+		if errors.Is(err, rbd.ErrExists) {
+			return 0, status.Errorf(codes.Aborted, "volume %s is being created by another attempt; retry", name)
+		}
+		return 0, cephStatus(err)
+	}
+	klog.V(2).InfoS("cloned volume", "name", name, "source", srcID, "depth", depth, "size", size)
+	fam, err = c.backend.StatFamily(ctx, pool, image, "")
+	if err != nil {
+		return 0, cephStatus(err)
+	}
+	return c.adoptClone(ctx, pool, image, name, srcID, fam, r)
+}
+
+// adoptClone answers for a finished clone: same name and source, size in
+// range, and not too deep (else flattening starts).
+func (c *Controller) adoptClone(ctx context.Context, pool rbd.Pool, image, name, srcID string, fam rbd.Family, r *csi.CapacityRange) (int64, error) {
+	if owner := fam.Metadata[metaName]; owner != name {
+		return 0, status.Errorf(codes.AlreadyExists, "image %s/%s already belongs to volume %q", pool.Name, image, owner)
+	}
+	if fam.Metadata[metaSource] != srcID {
+		return 0, status.Errorf(codes.AlreadyExists, "volume %s already exists with another content source", name)
+	}
+	if r.GetRequiredBytes() > 0 && !fits(int64(fam.Size), r) {
+		return 0, status.Errorf(codes.AlreadyExists, "volume %s already exists with size %d bytes, which does not fit the requested range", name, fam.Size)
+	}
+	if vol, err := volid.DecodeVolume(srcID); err == nil {
+		// The temporary snapshot of a volume clone may outlive a crash.
+		c.dropTmpSnap(ctx, parentPool(pool, &rbd.Parent{Pool: vol.Pool}), vol.Image, tmpSnapPrefix+hash(name, 8))
+	}
+	depth, _ := strconv.Atoi(fam.Metadata[metaDepth])
+	if fam.Parent != nil && depth > c.opts.CloneDepthSoft {
+		c.flattener.start(pool, image, fam.Parent)
+		if depth > c.opts.CloneDepthHard {
+			return 0, status.Errorf(codes.Aborted, "volume %s is %d clones deep and is being flattened; retry", name, depth)
+		}
+	}
+	return int64(fam.Size), nil
+}
+
+func (c *Controller) removeUnfinished(ctx context.Context, pool rbd.Pool, image, name string) error {
+	klog.InfoS("removing unfinished image left by an earlier attempt", "name", name, "pool", pool.Name, "image", image)
+	err := c.backend.RemoveImage(ctx, pool, image)
+	switch {
+	case err == nil, errors.Is(err, rbd.ErrNotFound):
+		return nil
+	case errors.Is(err, rbd.ErrBusy):
+		return status.Errorf(codes.Aborted, "an earlier attempt to create volume %s is still running; retry later", name)
+	default:
+		return cephStatus(err)
+	}
+}
+
+// resolveSource finds the parent snapshot; for a volume source it takes a
+// temporary snapshot to clone from.
+func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, clusterID, name string, cs *csi.VolumeContentSource) (source, error) {
+	if s := cs.GetSnapshot(); s != nil {
+		snap, err := volid.DecodeSnapshot(s.GetSnapshotId())
+		if err != nil {
+			return source{}, status.Errorf(codes.NotFound, "snapshot %.130q does not exist", s.GetSnapshotId())
+		}
+		if snap.ClusterID != clusterID {
+			return source{}, status.Errorf(codes.InvalidArgument, "snapshot %s is in cluster %s, not in the StorageClass's cluster %s", s.GetSnapshotId(), snap.ClusterID, clusterID)
+		}
+		ppool := parentPool(pool, &rbd.Parent{Pool: snap.Pool})
+		fam, err := c.backend.StatFamily(ctx, ppool, "", snap.ImageID)
+		if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) {
+			return source{}, status.Errorf(codes.NotFound, "snapshot %s does not exist", s.GetSnapshotId())
+		}
+		if err != nil {
+			return source{}, cephStatus(err)
+		}
+		info, ok := findSnap(fam.Snaps, snap.Snap)
+		if !ok {
+			return source{}, status.Errorf(codes.NotFound, "snapshot %s does not exist", s.GetSnapshotId())
+		}
+		depth, _ := strconv.Atoi(fam.Metadata[metaDepth])
+		return source{id: s.GetSnapshotId(), pool: ppool, image: fam.Name, snap: snap.Snap, size: info.Size, depth: depth}, nil
+	}
+	v := cs.GetVolume()
+	vol, err := volid.DecodeVolume(v.GetVolumeId())
+	if err != nil || !isVolumeImage(vol.Image) {
+		return source{}, status.Errorf(codes.NotFound, "volume %.130q does not exist", v.GetVolumeId())
+	}
+	if vol.ClusterID != clusterID {
+		return source{}, status.Errorf(codes.InvalidArgument, "volume %s is in cluster %s, not in the StorageClass's cluster %s", v.GetVolumeId(), vol.ClusterID, clusterID)
+	}
+	release, ok := c.locks.TryLock("vol/" + v.GetVolumeId())
+	if !ok {
+		return source{}, pending("volume " + v.GetVolumeId())
+	}
+	defer release()
+	ppool := parentPool(pool, &rbd.Parent{Pool: vol.Pool})
+	fam, err := c.family(ctx, ppool, vol)
+	if err != nil {
+		return source{}, err
+	}
+	tmp := tmpSnapPrefix + hash(name, 8)
+	if _, ok := findSnap(fam.Snaps, tmp); !ok {
+		if len(fam.Snaps) >= c.opts.MaxSnapshotsPerImage {
+			return source{}, status.Errorf(codes.ResourceExhausted, "volume %s has %d snapshots, the most this driver allows; a clone needs one more", v.GetVolumeId(), len(fam.Snaps))
+		}
+		if err := c.backend.CreateSnapshot(ctx, ppool, vol.Image, tmp); err != nil && !errors.Is(err, rbd.ErrExists) {
+			return source{}, cephStatus(err)
+		}
+	}
+	depth, _ := strconv.Atoi(fam.Metadata[metaDepth])
+	return source{id: v.GetVolumeId(), pool: ppool, image: vol.Image, snap: tmp, size: fam.Size, depth: depth}, nil
+}
+
+// dropTmpSnap deletes the snapshot a volume clone was made from. RBD moves
+// it to its trash namespace while the clone depends on it.
+func (c *Controller) dropTmpSnap(ctx context.Context, pool rbd.Pool, image, snap string) {
+	fam, err := c.backend.StatFamily(ctx, pool, image, "")
+	if err != nil {
+		return
+	}
+	if _, ok := findSnap(fam.Snaps, snap); !ok {
+		return
+	}
+	if err := c.backend.RemoveSnapshot(ctx, pool, fam.ID, snap); err != nil && !errors.Is(err, rbd.ErrNotFound) {
+		klog.ErrorS(err, "removing a clone's temporary snapshot; the next retry removes it", "pool", pool.Name, "image", image, "snap", snap)
+	}
+}
+
+// cloneSize is the requested size, or the source's when none is asked;
+// a clone smaller than its source cannot be made.
+func cloneSize(r *csi.CapacityRange, srcSize uint64) (uint64, error) {
+	if r.GetRequiredBytes() == 0 && r.GetLimitBytes() == 0 {
+		return srcSize, nil
+	}
+	size, invalid, outOfRange := sizeFor(r)
+	if invalid != nil {
+		return 0, status.Error(codes.InvalidArgument, invalid.Error())
+	}
+	if outOfRange != nil {
+		return 0, status.Error(codes.OutOfRange, outOfRange.Error())
+	}
+	if r.GetRequiredBytes() == 0 {
+		size = int64(srcSize)
+	}
+	if uint64(size) < srcSize {
+		return 0, status.Errorf(codes.OutOfRange, "the source holds %d bytes; a volume made from it cannot be smaller (asked: %d)", srcSize, size)
+	}
+	if lim := r.GetLimitBytes(); lim > 0 && uint64(lim) < srcSize {
+		return 0, status.Errorf(codes.OutOfRange, "the source holds %d bytes, over the limit of %d", srcSize, lim)
+	}
+	return uint64(size), nil
+}
+
+func sourceID(cs *csi.VolumeContentSource) string {
+	if s := cs.GetSnapshot(); s != nil {
+		return s.GetSnapshotId()
+	}
+	return cs.GetVolume().GetVolumeId()
+}

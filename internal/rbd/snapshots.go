@@ -1,0 +1,286 @@
+package rbd
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ceph/go-ceph/rados"
+	librbd "github.com/ceph/go-ceph/rbd"
+)
+
+// SnapInfo describes one snapshot of an image (user namespace only).
+type SnapInfo struct {
+	Name    string
+	Size    uint64
+	Created time.Time
+}
+
+// Parent names the snapshot a clone was made from.
+type Parent struct {
+	Pool, Image, ImageID, Snap string
+	// Trash is set when the parent image is in the RBD trash.
+	Trash bool
+}
+
+// Family is an image with what ties it to others: its snapshots, its
+// parent (for a clone) and how many clients have it open.
+type Family struct {
+	ImageInfo
+	Snaps []SnapInfo
+	// Snapshots the user deleted while clones still depended on them
+	// (the RBD trash snapshot namespace); RBD removes them with the last clone.
+	TrashedSnaps int
+	Parent       *Parent
+	Watchers     int
+}
+
+// StatFamily reads an image's snapshots, parent and watchers. The image is
+// named by name, or by RBD image ID when name is empty.
+func (b *Backend) StatFamily(ctx context.Context, p Pool, name, id string) (Family, error) {
+	var f Family
+	err := b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+		img, err := openRO(ioctx, name, id)
+		if err != nil {
+			return err
+		}
+		defer img.Close()
+		if name == "" {
+			if name, err = nameByID(ioctx, id); err != nil {
+				return err
+			}
+		}
+		f.Name = name
+		if f.Size, err = img.GetSize(); err != nil {
+			return fmt.Errorf("size of image %s: %w", name, classify(err))
+		}
+		if f.ID, err = img.GetId(); err != nil {
+			return fmt.Errorf("id of image %s: %w", name, classify(err))
+		}
+		if f.Metadata, err = img.ListMetadata(); err != nil {
+			return fmt.Errorf("metadata of image %s: %w", name, classify(err))
+		}
+		snaps, err := img.GetSnapshotNames()
+		if err != nil {
+			return fmt.Errorf("snapshots of image %s: %w", name, classify(err))
+		}
+		for _, s := range snaps {
+			ns, err := img.GetSnapNamespaceType(s.Id)
+			if err != nil {
+				return fmt.Errorf("snapshot namespace of %s@%s: %w", name, s.Name, classify(err))
+			}
+			if ns != librbd.SnapNamespaceTypeUser {
+				f.TrashedSnaps++
+				continue
+			}
+			ts, err := img.GetSnapTimestamp(s.Id)
+			if err != nil {
+				return fmt.Errorf("snapshot time of %s@%s: %w", name, s.Name, classify(err))
+			}
+			f.Snaps = append(f.Snaps, SnapInfo{Name: s.Name, Size: s.Size, Created: time.Unix(ts.Sec, ts.Nsec)})
+		}
+		parent, err := img.GetParent()
+		switch {
+		case err == nil:
+			f.Parent = &Parent{Pool: parent.Image.PoolName, Image: parent.Image.ImageName, ImageID: parent.Image.ImageID,
+				Snap: parent.Snap.SnapName, Trash: parent.Image.Trash}
+		case !errors.Is(classify(err), ErrNotFound):
+			return fmt.Errorf("parent of image %s: %w", name, classify(err))
+		}
+		watchers, err := img.ListWatchers()
+		if err != nil {
+			return fmt.Errorf("watchers of image %s: %w", name, classify(err))
+		}
+		f.Watchers = len(watchers)
+		return nil
+	})
+	return f, err
+}
+
+func openRO(ioctx *rados.IOContext, name, id string) (*librbd.Image, error) {
+	var img *librbd.Image
+	var err error
+	if name != "" {
+		img, err = librbd.OpenImageReadOnly(ioctx, name, librbd.NoSnapshot)
+	} else {
+		img, err = librbd.OpenImageByIdReadOnly(ioctx, id, librbd.NoSnapshot)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening image %s%s: %w", name, id, classify(err))
+	}
+	return img, nil
+}
+
+// nameByID looks an image ID up in the pool's RBD directory, whose omap
+// maps "id_<id>" to the length-prefixed image name (format 2 images).
+// librbd's C API (Pacific) has no call for it, and clones need the
+// parent's name.
+func nameByID(ioctx *rados.IOContext, id string) (string, error) {
+	vals, err := ioctx.GetOmapValues("rbd_directory", "", "id_"+id, 4)
+	if err != nil {
+		return "", fmt.Errorf("looking up image id %s: %w", id, classify(err))
+	}
+	v, ok := vals["id_"+id]
+	if !ok || len(v) < 4 || int(binary.LittleEndian.Uint32(v)) != len(v)-4 {
+		return "", fmt.Errorf("%w: image id %s is in no directory entry (in the trash?)", ErrNotFound, id)
+	}
+	return string(v[4:]), nil
+}
+
+// CreateSnapshot makes a snapshot; an existing one of that name is ErrExists.
+func (b *Backend) CreateSnapshot(ctx context.Context, p Pool, image, snap string) error {
+	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+		img, err := librbd.OpenImage(ioctx, image, librbd.NoSnapshot)
+		if err != nil {
+			return fmt.Errorf("opening image %s/%s: %w", p.Name, image, classify(err))
+		}
+		defer img.Close()
+		if _, err := img.CreateSnapshot(snap); err != nil {
+			return fmt.Errorf("snapshot %s/%s@%s: %w", p.Name, image, snap, classify(err))
+		}
+		return nil
+	})
+}
+
+// RemoveSnapshot deletes a snapshot of the image with the given RBD ID. A
+// snapshot that clones still depend on moves to the RBD trash namespace
+// and disappears with its last clone (clone format 2).
+func (b *Backend) RemoveSnapshot(ctx context.Context, p Pool, imageID, snap string) error {
+	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+		img, err := librbd.OpenImageById(ioctx, imageID, librbd.NoSnapshot)
+		if err != nil {
+			return fmt.Errorf("opening image id %s: %w", imageID, classify(err))
+		}
+		defer img.Close()
+		if err := img.GetSnapshot(snap).Remove(); err != nil {
+			return fmt.Errorf("removing snapshot %s: %w", snap, classify(err))
+		}
+		return nil
+	})
+}
+
+// CloneSpec is a copy-on-write child of a parent image's snapshot.
+type CloneSpec struct {
+	ParentImage, ParentSnap string
+	ImageSpec
+}
+
+// Clone makes a format 2 clone (no snapshot protection needed), grows it to
+// spec.Size if that is larger than the parent snapshot, and sets its
+// metadata last, so a clone without metadata is unfinished.
+func (b *Backend) Clone(ctx context.Context, parent, child Pool, name string, spec CloneSpec) error {
+	return b.withIoctx(ctx, child, func(cio *rados.IOContext) error {
+		conn, release, err := b.conns.get(ctx, parent.MonHost, parent.Cred)
+		if err != nil {
+			return err
+		}
+		defer release()
+		pio, err := conn.OpenIOContext(parent.Name)
+		if err != nil {
+			return fmt.Errorf("opening pool %q: %w", parent.Name, classify(err))
+		}
+		defer pio.Destroy()
+		opts := librbd.NewRbdImageOptions()
+		defer opts.Destroy()
+		if err := opts.SetUint64(librbd.ImageOptionFeatures, uint64(librbd.FeatureSetFromNames(spec.Features))); err != nil {
+			return fmt.Errorf("image features: %w", classify(err))
+		}
+		if err := opts.SetUint64(librbd.ImageOptionCloneFormat, 2); err != nil {
+			return fmt.Errorf("clone format: %w", classify(err))
+		}
+		if spec.DataPool != "" {
+			if err := opts.SetString(librbd.ImageOptionDataPool, spec.DataPool); err != nil {
+				return fmt.Errorf("data pool: %w", classify(err))
+			}
+		}
+		if err := librbd.CloneImage(pio, spec.ParentImage, spec.ParentSnap, cio, name, opts); err != nil {
+			return fmt.Errorf("cloning %s/%s@%s to %s/%s: %w", parent.Name, spec.ParentImage, spec.ParentSnap, child.Name, name, classify(err))
+		}
+		img, err := librbd.OpenImage(cio, name, librbd.NoSnapshot)
+		if err != nil {
+			return fmt.Errorf("opening clone %s: %w", name, classify(err))
+		}
+		defer img.Close()
+		size, err := img.GetSize()
+		if err != nil {
+			return fmt.Errorf("size of clone %s: %w", name, classify(err))
+		}
+		if spec.Size > size {
+			if err := img.Resize(spec.Size); err != nil {
+				return fmt.Errorf("growing clone %s: %w", name, classify(err))
+			}
+		}
+		for _, k := range sortedKeys(spec.Metadata) {
+			if err := img.SetMetadata(k, spec.Metadata[k]); err != nil {
+				return fmt.Errorf("setting metadata %s on clone %s: %w", k, name, classify(err))
+			}
+		}
+		return nil
+	})
+}
+
+// Flatten copies the parent's data into a clone so it stands alone.
+func (b *Backend) Flatten(ctx context.Context, p Pool, name string) error {
+	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+		img, err := librbd.OpenImage(ioctx, name, librbd.NoSnapshot)
+		if err != nil {
+			return fmt.Errorf("opening image %s/%s: %w", p.Name, name, classify(err))
+		}
+		defer img.Close()
+		if err := img.Flatten(); err != nil {
+			return fmt.Errorf("flattening %s/%s: %w", p.Name, name, classify(err))
+		}
+		return nil
+	})
+}
+
+// Rename renames an image.
+func (b *Backend) Rename(ctx context.Context, p Pool, from, to string) error {
+	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+		if err := librbd.GetImage(ioctx, from).Rename(to); err != nil {
+			return fmt.Errorf("renaming %s/%s to %s: %w", p.Name, from, to, classify(err))
+		}
+		return nil
+	})
+}
+
+// Claim records a name -> value claim in a small RADOS object of its own,
+// created exclusively: the first claim wins and later ones read it back.
+// It returns the value that holds the claim.
+func (b *Backend) Claim(ctx context.Context, p Pool, object, value string) (string, error) {
+	var holder string
+	err := b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+		op := rados.CreateWriteOp()
+		defer op.Release()
+		op.Create(rados.CreateExclusive)
+		op.WriteFull([]byte(value))
+		err := classify(op.Operate(ioctx, object, rados.OperationNoFlag))
+		if err == nil {
+			holder = value
+			return nil
+		}
+		if !errors.Is(err, ErrExists) {
+			return fmt.Errorf("claiming %s: %w", object, err)
+		}
+		buf := make([]byte, 256)
+		n, err := ioctx.Read(object, buf, 0)
+		if err != nil {
+			return fmt.Errorf("reading claim %s: %w", object, classify(err))
+		}
+		holder = string(buf[:n])
+		return nil
+	})
+	return holder, err
+}
+
+// Unclaim removes a claim object; a missing one is fine.
+func (b *Backend) Unclaim(ctx context.Context, p Pool, object string) error {
+	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+		if err := classify(ioctx.Delete(object)); err != nil && !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("removing claim %s: %w", object, err)
+		}
+		return nil
+	})
+}
