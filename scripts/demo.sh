@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The demo behind `make demo`: runs the plugin against the cluster that
+# scripts/with-cluster.sh booted and walks volumes through their life over
+# the plugin's real gRPC socket. Everything it starts it stops.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+: "${CEPH_DIR:?run me through scripts/with-cluster.sh}"
+work=$(mktemp -d /tmp/rbdcsi-demo.XXXXXX)
+plugin_pid=
+cleanup() {
+	if [ -n "$plugin_pid" ]; then kill "$plugin_pid" 2>/dev/null || true; wait "$plugin_pid" 2>/dev/null || true; fi
+	rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+
+install -d -m 0700 "$work/secret"
+printf '%s' "$CEPH_CSI_USER" >"$work/secret/userID"
+printf '%s' "$CEPH_CSI_KEY" >"$work/secret/userKey"
+echo "== Starting the plugin (log: $work/plugin.log)"
+"$root/bin/rbdplugin" --mode controller --endpoint "unix://$work/csi.sock" \
+	--cluster-config "$CEPH_DIR/cluster-config.json" --controller-secret-dir "$work/secret" \
+	>"$work/plugin.log" 2>&1 &
+plugin_pid=$!
+for _ in $(seq 100); do [ -S "$work/csi.sock" ] && break; sleep 0.1; done
+go run "$root/e2e/demo" --socket "$work/csi.sock" || { echo "== plugin log:"; cat "$work/plugin.log"; exit 1; }
+echo
+echo "== Images left in pool $CEPH_POOL: $(rbd -c "$CEPH_CONF" --id admin --key "$CEPH_ADMIN_KEY" ls -p "$CEPH_POOL" | wc -l)"
