@@ -27,11 +27,11 @@ $(BIN): $(GO_SOURCES)
 	go build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/rbdplugin
 
 lint:
-	@bad=$$(gofmt -l cmd internal e2e); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
+	@bad=$$(gofmt -l cmd internal e2e deploy); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
 	go vet ./...
 
 unit:
-	go test -count=1 ./cmd/... ./internal/...
+	go test -count=1 ./cmd/... ./internal/... ./deploy/...
 
 # Integration and conformance run against a real single-node Ceph cluster that
 # scripts/with-cluster.sh boots for the run and always tears down.
@@ -45,3 +45,10 @@ demo: deps build
 
 clean:
 	rm -rf bin results
+
+# Container image of the plugin (build/Dockerfile). Needs a Docker engine:
+# none runs on the development machine, so this target is not exercised here.
+IMAGE ?= rbdcsi/rbdplugin:$(VERSION)
+.PHONY: image
+image:
+	docker build -f build/Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) .

@@ -26,8 +26,10 @@ type Server struct {
 }
 
 // NewServer registers the services with request logging and reflection.
-func NewServer(s Services) *Server {
-	g := grpc.NewServer(grpc.ChainUnaryInterceptor(logCalls))
+// Extra interceptors (metrics) run outside the logging one, in order.
+func NewServer(s Services, interceptors ...grpc.UnaryServerInterceptor) *Server {
+	chain := append(interceptors[:len(interceptors):len(interceptors)], logCalls) // never writes into the caller's slice
+	g := grpc.NewServer(grpc.ChainUnaryInterceptor(chain...))
 	if s.Identity != nil {
 		csi.RegisterIdentityServer(g, s.Identity)
 	}

@@ -1,0 +1,144 @@
+// Package metrics exposes the plugin's Prometheus metrics: one counter,
+// latency histogram and in-flight gauge per CSI method, and a latency
+// histogram of Ceph operations fed through the Observer interface.
+//
+// Nothing here is global: New registers its collectors on the registry it
+// is given, and Handler serves whatever that registry gathers.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"path"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+)
+
+// Namespace prefixes every metric name.
+const Namespace = "rbdcsi"
+
+// Observer records how long one Ceph operation took. The rbd package can
+// take one (a nil-safe no-op when metrics are off) and call it around each
+// librbd/librados call, e.g. ObserveCephOp("image.create", time.Since(t0), err).
+type Observer interface {
+	ObserveCephOp(op string, took time.Duration, err error)
+}
+
+// Nop is an Observer that records nothing.
+type Nop struct{}
+
+// ObserveCephOp does nothing.
+func (Nop) ObserveCephOp(string, time.Duration, error) {}
+
+// Metrics holds the plugin's collectors.
+type Metrics struct {
+	calls    *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	inFlight *prometheus.GaugeVec
+	cephOps  *prometheus.HistogramVec
+}
+
+// latencyBuckets span a quick Identity call (~ms) to a slow flatten or
+// mkfs (minutes): CSI sidecars time calls out after a few minutes at most.
+var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+
+// NewRegistry returns a registry with the Go runtime and process
+// collectors, ready for New.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// New creates the collectors and registers them on reg.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "csi_requests_total",
+			Help:      "CSI calls handled, by gRPC method and status code.",
+		}, []string{"method", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace,
+			Name:      "csi_request_duration_seconds",
+			Help:      "Time to handle a CSI call, by gRPC method and status code.",
+			Buckets:   latencyBuckets,
+		}, []string{"method", "code"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "csi_requests_in_flight",
+			Help:      "CSI calls being handled now, by gRPC method.",
+		}, []string{"method"}),
+		cephOps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace,
+			Name:      "ceph_operation_duration_seconds",
+			Help:      "Time of one Ceph operation, by operation and result (success or error).",
+			Buckets:   latencyBuckets,
+		}, []string{"operation", "result"}),
+	}
+	for _, c := range []prometheus.Collector{m.calls, m.latency, m.inFlight, m.cephOps} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// UnaryInterceptor counts and times every unary call. The method label is
+// the short name (CreateVolume, NodeStageVolume, ...), the code label the
+// gRPC status code name (OK, NotFound, ...).
+func (m *Metrics) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		method := path.Base(info.FullMethod)
+		g := m.inFlight.WithLabelValues(method)
+		g.Inc()
+		defer g.Dec()
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		code := status.Code(err).String()
+		m.calls.WithLabelValues(method, code).Inc()
+		m.latency.WithLabelValues(method, code).Observe(time.Since(start).Seconds())
+		return resp, err
+	}
+}
+
+// ObserveCephOp records one Ceph operation; Metrics is an Observer.
+func (m *Metrics) ObserveCephOp(op string, took time.Duration, err error) {
+	result := "success"
+	if err != nil {
+		result = "error"
+	}
+	m.cephOps.WithLabelValues(op, result).Observe(took.Seconds())
+}
+
+// Handler serves /metrics from g.
+func Handler(g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// Serve serves Handler(g) on l until ctx ends.
+func Serve(ctx context.Context, l net.Listener, g prometheus.Gatherer) error {
+	srv := &http.Server{Handler: Handler(g), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
