@@ -6,16 +6,19 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/controller"
 	"github.com/rbdcsi/rbdcsi/internal/driver"
+	"github.com/rbdcsi/rbdcsi/internal/metrics"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
@@ -34,6 +37,10 @@ type flags struct {
 	secretDir     string
 	cephTimeout   time.Duration
 	grace         time.Duration
+	ctrl          controller.Options
+	registry      *registryFlags
+	metricsAddr   string
+	node          *nodeFlags
 }
 
 func parseFlags(args []string) (flags, error) {
@@ -47,6 +54,12 @@ func parseFlags(args []string) (flags, error) {
 	fs.StringVar(&f.secretDir, "controller-secret-dir", "", "directory with userID and userKey files (a mounted Secret) for the controller calls that carry no secrets: ListVolumes, GetCapacity, ControllerGetVolume")
 	fs.DurationVar(&f.cephTimeout, "ceph-timeout", 10*time.Second, "bound on every Ceph operation")
 	fs.DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long in-flight calls may run after SIGTERM")
+	fs.IntVar(&f.ctrl.CloneDepthSoft, "clone-depth-soft", controller.DefaultCloneDepthSoft, "clones deeper than this are flattened in the background")
+	fs.IntVar(&f.ctrl.CloneDepthHard, "clone-depth-hard", controller.DefaultCloneDepthHard, "clones deeper than this are flattened before CreateVolume succeeds")
+	fs.IntVar(&f.ctrl.MaxSnapshotsPerImage, "max-snapshots-per-image", controller.DefaultMaxSnapshotsPerImage, "most snapshots one volume may have (krbd maps at most 510)")
+	fs.StringVar(&f.metricsAddr, "metrics-address", "", "host:port to serve Prometheus metrics on, at /metrics (e.g. :9809); empty turns metrics off")
+	f.node = addNodeFlags(fs)
+	f.registry = addRegistryFlags(fs)
 	kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(kfs)
 	kfs.VisitAll(func(fl *flag.Flag) { fs.Var(fl.Value, fl.Name, fl.Usage) })
@@ -106,8 +119,21 @@ func run(ctx context.Context, f flags) error {
 	if err != nil {
 		return err
 	}
+	var interceptors []grpc.UnaryServerInterceptor
+	if f.metricsAddr != "" {
+		m, err := startMetrics(ctx, f.metricsAddr)
+		if err != nil {
+			return err
+		}
+		interceptors = append(interceptors, m.UnaryInterceptor())
+	}
 	checks := []driver.HealthCheck{func(context.Context) error { return clusters.Health() }}
 	var services driver.Services
+	opts := rbd.DefaultOptions()
+	opts.OpTimeout = f.cephTimeout
+	conns := rbd.NewConns(opts)
+	defer conns.Close()
+	backend := rbd.NewBackend(conns)
 
 	if f.mode != "node" {
 		var cred *config.Credentials
@@ -118,15 +144,18 @@ func run(ctx context.Context, f flags) error {
 			}
 			cred = &c
 		}
-		opts := rbd.DefaultOptions()
-		opts.OpTimeout = f.cephTimeout
-		conns := rbd.NewConns(opts)
-		defer conns.Close()
-		services.Controller = controller.New(controller.Options{
-			Backend:     rbd.NewBackend(conns),
-			Clusters:    clusters,
-			Credentials: cred,
-		})
+		nodes, err := f.registry.controllerRegistry(clusters, backend, cred)
+		if err != nil {
+			return err
+		}
+		o := f.ctrl
+		o.Backend, o.Clusters, o.Credentials = backend, clusters, cred
+		if nodes != nil {
+			o.Nodes = nodes
+		}
+		ctrl := controller.New(o)
+		defer ctrl.Close()
+		services.Controller = ctrl
 	}
 	if f.mode != "controller" {
 		node, nodeChecks, err := newNode(f, clusters)
@@ -135,6 +164,13 @@ func run(ctx context.Context, f flags) error {
 		}
 		services.Node = node
 		checks = append(checks, nodeChecks...)
+		hbCtx, stopHeartbeat := context.WithCancel(ctx)
+		wait, err := f.registry.startHeartbeat(hbCtx, clusters, backend, f.nodeID)
+		if err != nil {
+			stopHeartbeat()
+			return err
+		}
+		defer func() { stopHeartbeat(); wait() }()
 	}
 	services.Identity = driver.NewIdentity(f.driverName, version, services.Controller != nil, checks...)
 
@@ -144,5 +180,27 @@ func run(ctx context.Context, f flags) error {
 	}
 	defer cleanup()
 	klog.InfoS("serving", "driver", f.driverName, "version", version, "mode", f.mode, "endpoint", f.endpoint)
-	return driver.NewServer(services).Serve(ctx, l, f.grace)
+	return driver.NewServer(services, interceptors...).Serve(ctx, l, f.grace)
+}
+
+// startMetrics serves Prometheus metrics on addr until ctx ends. The
+// returned Metrics feeds them (its interceptor; it is also the
+// metrics.Observer for Ceph operation latency).
+func startMetrics(ctx context.Context, addr string) (*metrics.Metrics, error) {
+	reg := metrics.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-address: %w", err)
+	}
+	go func() {
+		if err := metrics.Serve(ctx, l, reg); err != nil {
+			klog.ErrorS(err, "metrics server stopped")
+		}
+	}()
+	klog.InfoS("serving metrics", "address", l.Addr().String(), "path", "/metrics")
+	return m, nil
 }

@@ -43,7 +43,6 @@ func (d *demo) say(format string, args ...any) {
 	fmt.Printf("\n%2d. %s\n", d.step, fmt.Sprintf(format, args...))
 }
 
-
 func walk(c context.Context, socket string) error {
 	ctx := func() context.Context { return c }
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -159,4 +158,3 @@ func (d *demo) list(ctx context.Context) error {
 	}
 	return nil
 }
-

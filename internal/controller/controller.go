@@ -32,6 +32,7 @@ type Backend interface {
 	Flatten(ctx context.Context, p rbd.Pool, name string) error
 	Rename(ctx context.Context, p rbd.Pool, from, to string) error
 	SetMetadata(ctx context.Context, p rbd.Pool, name string, kv map[string]string) error
+	RemoveMetadata(ctx context.Context, p rbd.Pool, name string, keys ...string) error
 	Claim(ctx context.Context, p rbd.Pool, object, value string) (string, error)
 	Unclaim(ctx context.Context, p rbd.Pool, object string) error
 }
@@ -83,6 +84,8 @@ type Options struct {
 	CloneDepthHard int
 	// MaxSnapshotsPerImage bounds the snapshots of one image.
 	MaxSnapshotsPerImage int
+	// Nodes tells which nodes exist. Nil: attachments are not offered.
+	Nodes Nodes
 }
 
 // Defaults for Options.
@@ -101,6 +104,7 @@ type Controller struct {
 	cred      *config.Credentials
 	locks     *lock.Keyed
 	opts      Options
+	nodes     Nodes
 	flattener *flattener
 }
 
@@ -115,7 +119,7 @@ func New(o Options) *Controller {
 	if o.MaxSnapshotsPerImage <= 0 {
 		o.MaxSnapshotsPerImage = DefaultMaxSnapshotsPerImage
 	}
-	c := &Controller{backend: o.Backend, clusters: o.Clusters, cred: o.Credentials, locks: lock.New(), opts: o}
+	c := &Controller{backend: o.Backend, clusters: o.Clusters, cred: o.Credentials, locks: lock.New(), opts: o, nodes: o.Nodes}
 	c.flattener = newFlattener(c)
 	return c
 }
@@ -156,6 +160,15 @@ func (c *Controller) ControllerGetCapabilities(context.Context, *csi.ControllerG
 		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
 		csi.ControllerServiceCapability_RPC_GET_SNAPSHOT,
 		csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
+	}
+	if c.nodes != nil {
+		caps = append(caps,
+			csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
+			csi.ControllerServiceCapability_RPC_PUBLISH_READONLY,
+		)
+	}
+	if c.cred != nil && c.nodes != nil {
+		caps = append(caps, csi.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES)
 	}
 	if c.cred != nil {
 		caps = append(caps,

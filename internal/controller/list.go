@@ -94,6 +94,7 @@ func (c *Controller) ListVolumes(ctx context.Context, req *csi.ListVolumesReques
 		}
 		resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{
 			Volume: &csi.Volume{VolumeId: vol.String(), CapacityBytes: int64(info.Size)},
+			Status: &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: attachedNodes(info.Metadata)},
 		})
 	}
 	return resp, nil
@@ -191,6 +192,6 @@ func (c *Controller) ControllerGetVolume(ctx context.Context, req *csi.Controlle
 	}
 	return &csi.ControllerGetVolumeResponse{
 		Volume: &csi.Volume{VolumeId: id, CapacityBytes: int64(info.Size)},
-		Status: &csi.ControllerGetVolumeResponse_VolumeStatus{},
+		Status: &csi.ControllerGetVolumeResponse_VolumeStatus{PublishedNodeIds: attachedNodes(info.Metadata)},
 	}, nil
 }

@@ -28,6 +28,9 @@ func (c *Controller) removeVolume(ctx context.Context, pool rbd.Pool, vol volid.
 	if err != nil {
 		return cephStatus(err)
 	}
+	if nodes := attachedNodes(fam.Metadata); len(nodes) > 0 {
+		return status.Errorf(codes.FailedPrecondition, "volume %s is attached to node(s) %v; detach it first", vol, nodes)
+	}
 	if fam.Watchers > 0 {
 		return status.Errorf(codes.FailedPrecondition, "volume %s is in use: a node still has it mapped; unmount it first", vol)
 	}

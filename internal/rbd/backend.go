@@ -267,3 +267,20 @@ func sortedKeys(m map[string]string) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// RemoveMetadata removes keys from an image; missing keys are fine.
+func (b *Backend) RemoveMetadata(ctx context.Context, p Pool, name string, keys ...string) error {
+	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+		img, err := librbd.OpenImage(ioctx, name, librbd.NoSnapshot)
+		if err != nil {
+			return fmt.Errorf("opening image %s/%s: %w", p.Name, name, classify(err))
+		}
+		defer img.Close()
+		for _, k := range keys {
+			if err := classify(img.RemoveMetadata(k)); err != nil && !errors.Is(err, ErrNotFound) {
+				return fmt.Errorf("removing metadata %s of image %s: %w", k, name, err)
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"time"
+
+	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/nodereg"
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
+)
+
+// registryFlags locate the node registry (see internal/nodereg).
+type registryFlags struct {
+	location      string
+	ttl           time.Duration
+	nodeSecretDir string
+}
+
+func addRegistryFlags(fs *flag.FlagSet) *registryFlags {
+	r := &registryFlags{}
+	fs.StringVar(&r.location, "node-registry", "", "clusterID/pool of the RADOS object where node plugins keep heartbeats; the controller attaches volumes only to nodes found there. Empty: no attachments (ControllerPublish is not offered)")
+	fs.DurationVar(&r.ttl, "node-registry-ttl", 2*time.Minute, "a node whose last heartbeat is older than this is unknown to the controller; nodes beat every fifth of it")
+	fs.StringVar(&r.nodeSecretDir, "node-secret-dir", "", "directory with userID and userKey files (a mounted Secret) the node plugin writes its heartbeat with")
+	return r
+}
+
+func (r *registryFlags) pool(clusters *config.ClusterMap, cred config.Credentials) (rbd.Pool, error) {
+	clusterID, pool, err := nodereg.ParseLocation(r.location)
+	if err != nil {
+		return rbd.Pool{}, err
+	}
+	cluster, err := clusters.Lookup(clusterID)
+	if err != nil {
+		return rbd.Pool{}, err
+	}
+	return rbd.Pool{MonHost: cluster.MonHost(), Cred: cred, Name: pool}, nil
+}
+
+// controllerRegistry is the registry the controller reads, or nil when
+// none is configured.
+func (r *registryFlags) controllerRegistry(clusters *config.ClusterMap, store nodereg.Store, cred *config.Credentials) (*nodereg.Registry, error) {
+	if r.location == "" {
+		return nil, nil
+	}
+	if cred == nil {
+		return nil, errors.New("--node-registry needs --controller-secret-dir: the controller reads the registry with its own credentials")
+	}
+	p, err := r.pool(clusters, *cred)
+	if err != nil {
+		return nil, err
+	}
+	return nodereg.New(store, p, r.ttl), nil
+}
+
+// startHeartbeat keeps this node registered until ctx ends; the returned
+// function waits for it to deregister.
+func (r *registryFlags) startHeartbeat(ctx context.Context, clusters *config.ClusterMap, store nodereg.Store, nodeID string) (wait func(), err error) {
+	if r.location == "" {
+		return func() {}, nil
+	}
+	if r.nodeSecretDir == "" {
+		return nil, errors.New("--node-registry needs --node-secret-dir in node mode: the node writes its heartbeat with those credentials")
+	}
+	cred, err := config.CredentialsFromDir(r.nodeSecretDir)
+	if err != nil {
+		return nil, err
+	}
+	p, err := r.pool(clusters, cred)
+	if err != nil {
+		return nil, err
+	}
+	reg := nodereg.New(store, p, r.ttl)
+	// The first beat is synchronous, so the node is known as soon as it serves.
+	bctx, cancel := context.WithTimeout(ctx, r.ttl/5)
+	err = reg.Beat(bctx, nodeID)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() { reg.Run(ctx, nodeID, r.ttl/5); close(done) }()
+	return func() { <-done }, nil
+}
