@@ -120,12 +120,14 @@ func run(ctx context.Context, f flags) error {
 		return err
 	}
 	var interceptors []grpc.UnaryServerInterceptor
+	var observer rbd.Observer
 	if f.metricsAddr != "" {
 		m, err := startMetrics(ctx, f.metricsAddr)
 		if err != nil {
 			return err
 		}
 		interceptors = append(interceptors, m.UnaryInterceptor())
+		observer = m
 	}
 	checks := []driver.HealthCheck{func(context.Context) error { return clusters.Health() }}
 	var services driver.Services
@@ -133,7 +135,7 @@ func run(ctx context.Context, f flags) error {
 	opts.OpTimeout = f.cephTimeout
 	conns := rbd.NewConns(opts)
 	defer conns.Close()
-	backend := rbd.NewBackend(conns)
+	backend := rbd.NewBackend(conns, observer)
 
 	if f.mode != "node" {
 		var cred *config.Credentials

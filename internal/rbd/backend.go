@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/ceph/go-ceph/rados"
 	librbd "github.com/ceph/go-ceph/rbd"
@@ -38,27 +39,47 @@ type ImageInfo struct {
 	Metadata map[string]string
 }
 
-// Backend runs image operations on cached connections.
-type Backend struct {
-	conns *Conns
+// Observer is told how long each Ceph operation took (internal/metrics
+// implements it; declared here so this package does not import Prometheus).
+type Observer interface {
+	ObserveCephOp(op string, took time.Duration, err error)
 }
 
-// NewBackend returns a backend over the given connection cache.
-func NewBackend(conns *Conns) *Backend { return &Backend{conns: conns} }
+// Backend runs image operations on cached connections.
+type Backend struct {
+	conns    *Conns
+	observer Observer
+}
+
+// NewBackend returns a backend over the given connection cache; observer
+// may be nil.
+func NewBackend(conns *Conns, observer Observer) *Backend {
+	return &Backend{conns: conns, observer: observer}
+}
+
+func (b *Backend) observe(op string, took time.Duration, err error) {
+	if b.observer != nil {
+		b.observer.ObserveCephOp(op, took, err)
+	}
+}
 
 // withConn runs fn on a cached connection in its own goroutine and returns
 // when fn does or when ctx ends, whichever is first. librados' op timeouts
 // bound how long fn can outlive an abandoned request; the connection
 // reference is released only once fn has returned.
-func (b *Backend) withConn(ctx context.Context, monHost string, cred config.Credentials, fn func(*rados.Conn) error) error {
+func (b *Backend) withConn(ctx context.Context, monHost string, cred config.Credentials, op string, fn func(*rados.Conn) error) error {
 	conn, release, err := b.conns.get(ctx, monHost, cred)
 	if err != nil {
+		b.observe(op, 0, err)
 		return err
 	}
 	done := make(chan error, 1)
 	go func() {
 		defer release()
-		done <- fn(conn)
+		start := time.Now()
+		err := fn(conn)
+		b.observe(op, time.Since(start), err)
+		done <- err
 	}()
 	select {
 	case err := <-done:
@@ -69,8 +90,8 @@ func (b *Backend) withConn(ctx context.Context, monHost string, cred config.Cred
 }
 
 // withIoctx is withConn with an I/O context on the pool.
-func (b *Backend) withIoctx(ctx context.Context, p Pool, fn func(*rados.IOContext) error) error {
-	return b.withConn(ctx, p.MonHost, p.Cred, func(conn *rados.Conn) error {
+func (b *Backend) withIoctx(ctx context.Context, p Pool, op string, fn func(*rados.IOContext) error) error {
+	return b.withConn(ctx, p.MonHost, p.Cred, op, func(conn *rados.Conn) error {
 		ioctx, err := conn.OpenIOContext(p.Name)
 		if err != nil {
 			if errors.Is(classify(err), ErrNotFound) {
@@ -86,7 +107,7 @@ func (b *Backend) withIoctx(ctx context.Context, p Pool, fn func(*rados.IOContex
 // CreateImage creates an image and sets its metadata. An existing image of
 // that name yields ErrExists and is left untouched.
 func (b *Backend) CreateImage(ctx context.Context, p Pool, name string, spec ImageSpec) error {
-	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+	return b.withIoctx(ctx, p, "CreateImage", func(ioctx *rados.IOContext) error {
 		opts := librbd.NewRbdImageOptions()
 		defer opts.Destroy()
 		fs := librbd.FeatureSetFromNames(spec.Features)
@@ -124,7 +145,7 @@ func setMetadata(ioctx *rados.IOContext, name string, kv map[string]string) erro
 
 // SetMetadata sets keys on an existing image.
 func (b *Backend) SetMetadata(ctx context.Context, p Pool, name string, kv map[string]string) error {
-	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+	return b.withIoctx(ctx, p, "SetMetadata", func(ioctx *rados.IOContext) error {
 		return setMetadata(ioctx, name, kv)
 	})
 }
@@ -132,7 +153,7 @@ func (b *Backend) SetMetadata(ctx context.Context, p Pool, name string, kv map[s
 // Stat reads an image's size, ID and metadata without registering a watch.
 func (b *Backend) Stat(ctx context.Context, p Pool, name string) (ImageInfo, error) {
 	var info ImageInfo
-	err := b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+	err := b.withIoctx(ctx, p, "Stat", func(ioctx *rados.IOContext) error {
 		img, err := librbd.OpenImageReadOnly(ioctx, name, librbd.NoSnapshot)
 		if err != nil {
 			return fmt.Errorf("opening image %s/%s: %w", p.Name, name, classify(err))
@@ -155,7 +176,7 @@ func (b *Backend) Stat(ctx context.Context, p Pool, name string) (ImageInfo, err
 
 // Resize sets the image size.
 func (b *Backend) Resize(ctx context.Context, p Pool, name string, size uint64) error {
-	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+	return b.withIoctx(ctx, p, "Resize", func(ioctx *rados.IOContext) error {
 		img, err := librbd.OpenImage(ioctx, name, librbd.NoSnapshot)
 		if err != nil {
 			return fmt.Errorf("opening image %s/%s: %w", p.Name, name, classify(err))
@@ -172,7 +193,7 @@ func (b *Backend) Resize(ctx context.Context, p Pool, name string, size uint64) 
 // the image open (mapped on a node) and with ErrHasSnapshots while it has
 // snapshots.
 func (b *Backend) RemoveImage(ctx context.Context, p Pool, name string) error {
-	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+	return b.withIoctx(ctx, p, "RemoveImage", func(ioctx *rados.IOContext) error {
 		if err := librbd.RemoveImage(ioctx, name); err != nil {
 			return fmt.Errorf("removing image %s/%s: %w", p.Name, name, classify(err))
 		}
@@ -183,7 +204,7 @@ func (b *Backend) RemoveImage(ctx context.Context, p Pool, name string) error {
 // ListImages returns the names of the pool's images, sorted.
 func (b *Backend) ListImages(ctx context.Context, p Pool) ([]string, error) {
 	var names []string
-	err := b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+	err := b.withIoctx(ctx, p, "ListImages", func(ioctx *rados.IOContext) error {
 		var err error
 		names, err = librbd.GetImageNames(ioctx)
 		if err != nil {
@@ -201,7 +222,7 @@ func (b *Backend) ListImages(ctx context.Context, p Pool) ([]string, error) {
 // come from the ceph-mgr; without one Ceph has none to give.
 func (b *Backend) PoolAvailable(ctx context.Context, p Pool) (int64, error) {
 	var avail int64
-	err := b.withConn(ctx, p.MonHost, p.Cred, func(conn *rados.Conn) error {
+	err := b.withConn(ctx, p.MonHost, p.Cred, "PoolAvailable", func(conn *rados.Conn) error {
 		var err error
 		avail, err = poolAvailable(conn, p.Name)
 		return err
@@ -212,7 +233,7 @@ func (b *Backend) PoolAvailable(ctx context.Context, p Pool) (int64, error) {
 // ListPools returns the cluster's pool names.
 func (b *Backend) ListPools(ctx context.Context, monHost string, cred config.Credentials) ([]string, error) {
 	var pools []string
-	err := b.withConn(ctx, monHost, cred, func(conn *rados.Conn) error {
+	err := b.withConn(ctx, monHost, cred, "ListPools", func(conn *rados.Conn) error {
 		var err error
 		if pools, err = conn.ListPools(); err != nil {
 			return fmt.Errorf("listing pools: %w", classify(err))
@@ -270,7 +291,7 @@ func sortedKeys(m map[string]string) []string {
 
 // RemoveMetadata removes keys from an image; missing keys are fine.
 func (b *Backend) RemoveMetadata(ctx context.Context, p Pool, name string, keys ...string) error {
-	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+	return b.withIoctx(ctx, p, "RemoveMetadata", func(ioctx *rados.IOContext) error {
 		img, err := librbd.OpenImage(ioctx, name, librbd.NoSnapshot)
 		if err != nil {
 			return fmt.Errorf("opening image %s/%s: %w", p.Name, name, classify(err))

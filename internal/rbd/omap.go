@@ -10,7 +10,7 @@ import (
 
 // SetOmap sets keys on a RADOS object's omap, creating the object.
 func (b *Backend) SetOmap(ctx context.Context, p Pool, object string, kv map[string]string) error {
-	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+	return b.withIoctx(ctx, p, "SetOmap", func(ioctx *rados.IOContext) error {
 		pairs := make(map[string][]byte, len(kv))
 		for k, v := range kv {
 			pairs[k] = []byte(v)
@@ -25,7 +25,7 @@ func (b *Backend) SetOmap(ctx context.Context, p Pool, object string, kv map[str
 // GetOmap reads one key of a RADOS object's omap; ok is false when the key
 // or the object does not exist.
 func (b *Backend) GetOmap(ctx context.Context, p Pool, object, key string) (value string, ok bool, err error) {
-	err = b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+	err = b.withIoctx(ctx, p, "GetOmap", func(ioctx *rados.IOContext) error {
 		vals, err := ioctx.GetOmapValues(object, "", key, 8)
 		if err = classify(err); errors.Is(err, ErrNotFound) {
 			return nil
@@ -42,7 +42,7 @@ func (b *Backend) GetOmap(ctx context.Context, p Pool, object, key string) (valu
 
 // RemoveOmapKeys removes keys from a RADOS object's omap.
 func (b *Backend) RemoveOmapKeys(ctx context.Context, p Pool, object string, keys ...string) error {
-	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+	return b.withIoctx(ctx, p, "RemoveOmapKeys", func(ioctx *rados.IOContext) error {
 		if err := classify(ioctx.RmOmapKeys(object, keys)); err != nil && !errors.Is(err, ErrNotFound) {
 			return fmt.Errorf("removing keys from %s: %w", object, err)
 		}

@@ -41,7 +41,7 @@ type Family struct {
 // named by name, or by RBD image ID when name is empty.
 func (b *Backend) StatFamily(ctx context.Context, p Pool, name, id string) (Family, error) {
 	var f Family
-	err := b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+	err := b.withIoctx(ctx, p, "StatFamily", func(ioctx *rados.IOContext) error {
 		img, err := openRO(ioctx, name, id)
 		if err != nil {
 			return err
@@ -131,7 +131,7 @@ func nameByID(ioctx *rados.IOContext, id string) (string, error) {
 
 // CreateSnapshot makes a snapshot; an existing one of that name is ErrExists.
 func (b *Backend) CreateSnapshot(ctx context.Context, p Pool, image, snap string) error {
-	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+	return b.withIoctx(ctx, p, "CreateSnapshot", func(ioctx *rados.IOContext) error {
 		img, err := librbd.OpenImage(ioctx, image, librbd.NoSnapshot)
 		if err != nil {
 			return fmt.Errorf("opening image %s/%s: %w", p.Name, image, classify(err))
@@ -148,7 +148,7 @@ func (b *Backend) CreateSnapshot(ctx context.Context, p Pool, image, snap string
 // snapshot that clones still depend on moves to the RBD trash namespace
 // and disappears with its last clone (clone format 2).
 func (b *Backend) RemoveSnapshot(ctx context.Context, p Pool, imageID, snap string) error {
-	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+	return b.withIoctx(ctx, p, "RemoveSnapshot", func(ioctx *rados.IOContext) error {
 		img, err := librbd.OpenImageById(ioctx, imageID, librbd.NoSnapshot)
 		if err != nil {
 			return fmt.Errorf("opening image id %s: %w", imageID, classify(err))
@@ -171,7 +171,7 @@ type CloneSpec struct {
 // spec.Size if that is larger than the parent snapshot, and sets its
 // metadata last, so a clone without metadata is unfinished.
 func (b *Backend) Clone(ctx context.Context, parent, child Pool, name string, spec CloneSpec) error {
-	return b.withIoctx(ctx, child, func(cio *rados.IOContext) error {
+	return b.withIoctx(ctx, child, "Clone", func(cio *rados.IOContext) error {
 		conn, release, err := b.conns.get(ctx, parent.MonHost, parent.Cred)
 		if err != nil {
 			return err
@@ -223,7 +223,7 @@ func (b *Backend) Clone(ctx context.Context, parent, child Pool, name string, sp
 
 // Flatten copies the parent's data into a clone so it stands alone.
 func (b *Backend) Flatten(ctx context.Context, p Pool, name string) error {
-	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+	return b.withIoctx(ctx, p, "Flatten", func(ioctx *rados.IOContext) error {
 		img, err := librbd.OpenImage(ioctx, name, librbd.NoSnapshot)
 		if err != nil {
 			return fmt.Errorf("opening image %s/%s: %w", p.Name, name, classify(err))
@@ -238,7 +238,7 @@ func (b *Backend) Flatten(ctx context.Context, p Pool, name string) error {
 
 // Rename renames an image.
 func (b *Backend) Rename(ctx context.Context, p Pool, from, to string) error {
-	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+	return b.withIoctx(ctx, p, "Rename", func(ioctx *rados.IOContext) error {
 		if err := librbd.GetImage(ioctx, from).Rename(to); err != nil {
 			return fmt.Errorf("renaming %s/%s to %s: %w", p.Name, from, to, classify(err))
 		}
@@ -251,7 +251,7 @@ func (b *Backend) Rename(ctx context.Context, p Pool, from, to string) error {
 // It returns the value that holds the claim.
 func (b *Backend) Claim(ctx context.Context, p Pool, object, value string) (string, error) {
 	var holder string
-	err := b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+	err := b.withIoctx(ctx, p, "Claim", func(ioctx *rados.IOContext) error {
 		op := rados.CreateWriteOp()
 		defer op.Release()
 		op.Create(rados.CreateExclusive)
@@ -277,7 +277,7 @@ func (b *Backend) Claim(ctx context.Context, p Pool, object, value string) (stri
 
 // Unclaim removes a claim object; a missing one is fine.
 func (b *Backend) Unclaim(ctx context.Context, p Pool, object string) error {
-	return b.withIoctx(ctx, p, func(ioctx *rados.IOContext) error {
+	return b.withIoctx(ctx, p, "Unclaim", func(ioctx *rados.IOContext) error {
 		if err := classify(ioctx.Delete(object)); err != nil && !errors.Is(err, ErrNotFound) {
 			return fmt.Errorf("removing claim %s: %w", object, err)
 		}
