@@ -39,6 +39,7 @@ type flags struct {
 	grace         time.Duration
 	ctrl          controller.Options
 	registry      *registryFlags
+	crashAt       string
 	metricsAddr   string
 	node          *nodeFlags
 }
@@ -60,6 +61,7 @@ func parseFlags(args []string) (flags, error) {
 	fs.StringVar(&f.metricsAddr, "metrics-address", "", "host:port to serve Prometheus metrics on, at /metrics (e.g. :9809); empty turns metrics off")
 	f.node = addNodeFlags(fs)
 	f.registry = addRegistryFlags(fs)
+	fs.StringVar(&f.crashAt, "test-crash-at", "", "for crash tests only: kill the plugin (SIGKILL) when an operation reaches this point")
 	kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(kfs)
 	kfs.VisitAll(func(fl *flag.Flag) { fs.Var(fl.Value, fl.Name, fl.Usage) })
@@ -135,7 +137,8 @@ func run(ctx context.Context, f flags) error {
 	opts.OpTimeout = f.cephTimeout
 	conns := rbd.NewConns(opts)
 	defer conns.Close()
-	backend := rbd.NewBackend(conns, observer)
+	fault := crashAt(f.crashAt)
+	backend := rbd.NewBackend(conns, rbd.BackendOptions{Observer: observer, Fault: fault})
 
 	if f.mode != "node" {
 		var cred *config.Credentials
@@ -151,7 +154,7 @@ func run(ctx context.Context, f flags) error {
 			return err
 		}
 		o := f.ctrl
-		o.Backend, o.Clusters, o.Credentials = backend, clusters, cred
+		o.Backend, o.Clusters, o.Credentials, o.Fault = backend, clusters, cred, fault
 		if nodes != nil {
 			o.Nodes = nodes
 		}

@@ -70,7 +70,14 @@ func TestAttachRules(t *testing.T) {
 
 	harness.Must(t, e.publish(t, v, "node-a", rwo, false), "publish RWO to node-a")
 	harness.Must(t, e.publish(t, v, "node-a", rwo, false), "publish again (idempotent)")
-	err := e.publish(t, v, "node-b", rwo, false)
+	// librbd copies metadata into clones: a clone must not inherit the attachment.
+	clone, err := e.createFrom(t, "attach-rwo-clone", 8*mib, fromVolume(v))
+	harness.Must(t, err, "clone an attached volume")
+	if got := e.publishedNodes(t, clone.VolumeId); len(got) != 0 {
+		t.Fatalf("the clone of an attached volume is attached to %v", got)
+	}
+	e.delete(t, clone.VolumeId)
+	err = e.publish(t, v, "node-b", rwo, false)
 	wantCode(t, err, codes.FailedPrecondition, "RWO to a second node")
 	if st, _ := grpcstatus.FromError(err); st == nil || !strings.Contains(st.Message(), "node-a") {
 		t.Fatalf("the refusal does not name the node holding the volume: %v", err)

@@ -43,8 +43,10 @@ type Clusters interface {
 	All() []config.Cluster
 }
 
-// Image metadata keys the controller keeps on each volume's image.
+// Image metadata keys the controller keeps on each volume's image, all
+// under metaPrefix.
 const (
+	metaPrefix = "rbdcsi."
 	// metaName holds the CreateVolume request name. Its presence marks the
 	// image as finished: an image without it is the remains of a crash.
 	metaName = "rbdcsi.name"
@@ -86,6 +88,9 @@ type Options struct {
 	MaxSnapshotsPerImage int
 	// Nodes tells which nodes exist. Nil: attachments are not offered.
 	Nodes Nodes
+	// Fault, for crash tests only, is called at named points between the
+	// Ceph steps of an operation ("CreateSnapshot:claimed").
+	Fault func(point string)
 }
 
 // Defaults for Options.
@@ -119,6 +124,9 @@ func New(o Options) *Controller {
 	if o.MaxSnapshotsPerImage <= 0 {
 		o.MaxSnapshotsPerImage = DefaultMaxSnapshotsPerImage
 	}
+	if o.Fault == nil {
+		o.Fault = func(string) {}
+	}
 	c := &Controller{backend: o.Backend, clusters: o.Clusters, cred: o.Credentials, locks: lock.New(), opts: o, nodes: o.Nodes}
 	c.flattener = newFlattener(c)
 	return c
@@ -135,6 +143,15 @@ func (c *Controller) Close() { c.flattener.stop() }
 // collision.
 func imageName(requestName string) string {
 	return volumePrefix + hash(requestName, 10)
+}
+
+// finished reports whether a volume image is complete: it carries the
+// request name it was made for. A clone inherits its parent's metadata, so
+// a name that does not hash to this image's name is an inherited one, and
+// the image is the unfinished remains of a crash.
+func finished(meta map[string]string, image string) bool {
+	owner := meta[metaName]
+	return owner != "" && imageName(owner) == image
 }
 
 // snapName derives the RBD snapshot name from the CreateSnapshot name.

@@ -65,6 +65,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if holder != fam.ID {
 		return nil, status.Errorf(codes.AlreadyExists, "snapshot name %q is already used for another source volume", name)
 	}
+	c.opts.Fault("CreateSnapshot:claimed")
 	if s, ok := findSnap(fam.Snaps, snap.Snap); ok {
 		return &csi.CreateSnapshotResponse{Snapshot: snapshotOf(snap, srcID, s)}, nil
 	}
@@ -300,7 +301,7 @@ func findSnap(snaps []rbd.SnapInfo, name string) (rbd.SnapInfo, bool) {
 // family returns a live, finished volume image with its relations, or NotFound.
 func (c *Controller) family(ctx context.Context, pool rbd.Pool, vol volid.Volume) (rbd.Family, error) {
 	fam, err := c.backend.StatFamily(ctx, pool, vol.Image, "")
-	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && fam.Metadata[metaName] == "") {
+	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && !finished(fam.Metadata, vol.Image)) {
 		return rbd.Family{}, status.Errorf(codes.NotFound, "volume %s does not exist", vol)
 	}
 	if err != nil {

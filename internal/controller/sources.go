@@ -37,7 +37,7 @@ func (c *Controller) createFromSource(ctx context.Context, pool rbd.Pool, image,
 	// A finished volume from an earlier attempt answers the retry.
 	fam, err := c.backend.StatFamily(ctx, pool, image, "")
 	switch {
-	case err == nil && fam.Metadata[metaName] != "":
+	case err == nil && finished(fam.Metadata, image):
 		return c.adoptClone(ctx, pool, image, name, srcID, fam, r)
 	case err == nil:
 		if err := c.removeUnfinished(ctx, pool, image, name); err != nil {
@@ -58,7 +58,7 @@ func (c *Controller) createFromSource(ctx context.Context, pool rbd.Pool, image,
 		return 0, err
 	}
 	depth := src.depth + 1
-	spec := rbd.CloneSpec{ParentImage: src.image, ParentSnap: src.snap, ImageSpec: rbd.ImageSpec{
+	spec := rbd.CloneSpec{ParentImage: src.image, ParentSnap: src.snap, DropMetadataPrefix: metaPrefix, ImageSpec: rbd.ImageSpec{
 		Size: size, Features: params.ImageFeatures, DataPool: params.DataPool,
 		Metadata: map[string]string{metaName: name, metaSource: srcID, metaDepth: strconv.Itoa(depth)},
 	}}
@@ -168,6 +168,7 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, clusterID
 			return source{}, cephStatus(err)
 		}
 	}
+	c.opts.Fault("CreateVolume:source-snapshot")
 	depth, _ := strconv.Atoi(fam.Metadata[metaDepth])
 	return source{id: v.GetVolumeId(), pool: ppool, image: vol.Image, snap: tmp, size: fam.Size, depth: depth}, nil
 }

@@ -102,15 +102,15 @@ func (c *Controller) createImage(ctx context.Context, pool rbd.Pool, image, name
 			return 0, cephStatus(err)
 		}
 		switch owner := info.Metadata[metaName]; {
-		case owner == name && info.Metadata[metaSource] != "":
+		case finished(info.Metadata, image) && owner != name:
+			return 0, status.Errorf(codes.AlreadyExists, "image %s/%s already belongs to volume %q", pool.Name, image, owner)
+		case finished(info.Metadata, image) && info.Metadata[metaSource] != "":
 			return 0, status.Errorf(codes.AlreadyExists, "volume %s already exists with a content source", name)
-		case owner == name:
+		case finished(info.Metadata, image):
 			if !fits(int64(info.Size), r) {
 				return 0, status.Errorf(codes.AlreadyExists, "volume %s already exists with size %d bytes, which does not fit the requested range", name, info.Size)
 			}
 			return int64(info.Size), nil
-		case owner != "":
-			return 0, status.Errorf(codes.AlreadyExists, "image %s/%s already belongs to volume %q", pool.Name, image, owner)
 		}
 		// An image without its name is what a crash between creating it and
 		// setting its metadata leaves. It was never handed out: replace it.
@@ -202,7 +202,7 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 // stat returns a finished volume image, or NotFound.
 func (c *Controller) stat(ctx context.Context, pool rbd.Pool, vol volid.Volume) (rbd.ImageInfo, error) {
 	info, err := c.backend.Stat(ctx, pool, vol.Image)
-	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && info.Metadata[metaName] == "") {
+	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && !finished(info.Metadata, vol.Image)) {
 		return rbd.ImageInfo{}, status.Errorf(codes.NotFound, "volume %s does not exist", vol)
 	}
 	if err != nil {

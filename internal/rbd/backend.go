@@ -45,16 +45,29 @@ type Observer interface {
 	ObserveCephOp(op string, took time.Duration, err error)
 }
 
+// BackendOptions are optional parts of a Backend.
+type BackendOptions struct {
+	// Observer is told how long each Ceph operation took.
+	Observer Observer
+	// Fault, for crash tests only, is called at named points inside
+	// multi-step operations ("CreateImage:created").
+	Fault func(point string)
+}
+
 // Backend runs image operations on cached connections.
 type Backend struct {
 	conns    *Conns
 	observer Observer
+	fault    func(string)
 }
 
-// NewBackend returns a backend over the given connection cache; observer
-// may be nil.
-func NewBackend(conns *Conns, observer Observer) *Backend {
-	return &Backend{conns: conns, observer: observer}
+// NewBackend returns a backend over the given connection cache.
+func NewBackend(conns *Conns, o BackendOptions) *Backend {
+	fault := o.Fault
+	if fault == nil {
+		fault = func(string) {}
+	}
+	return &Backend{conns: conns, observer: o.Observer, fault: fault}
 }
 
 func (b *Backend) observe(op string, took time.Duration, err error) {
@@ -122,6 +135,7 @@ func (b *Backend) CreateImage(ctx context.Context, p Pool, name string, spec Ima
 		if err := librbd.CreateImage(ioctx, name, spec.Size, opts); err != nil {
 			return fmt.Errorf("creating image %s/%s: %w", p.Name, name, classify(err))
 		}
+		b.fault("CreateImage:created")
 		return setMetadata(ioctx, name, spec.Metadata)
 	})
 }

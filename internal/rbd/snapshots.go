@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ceph/go-ceph/rados"
@@ -164,6 +165,9 @@ func (b *Backend) RemoveSnapshot(ctx context.Context, p Pool, imageID, snap stri
 // CloneSpec is a copy-on-write child of a parent image's snapshot.
 type CloneSpec struct {
 	ParentImage, ParentSnap string
+	// DropMetadataPrefix: librbd copies the parent's metadata into a clone;
+	// keys with this prefix are the parent's own bookkeeping and removed.
+	DropMetadataPrefix string
 	ImageSpec
 }
 
@@ -198,6 +202,7 @@ func (b *Backend) Clone(ctx context.Context, parent, child Pool, name string, sp
 		if err := librbd.CloneImage(pio, spec.ParentImage, spec.ParentSnap, cio, name, opts); err != nil {
 			return fmt.Errorf("cloning %s/%s@%s to %s/%s: %w", parent.Name, spec.ParentImage, spec.ParentSnap, child.Name, name, classify(err))
 		}
+		b.fault("Clone:cloned")
 		img, err := librbd.OpenImage(cio, name, librbd.NoSnapshot)
 		if err != nil {
 			return fmt.Errorf("opening clone %s: %w", name, classify(err))
@@ -210,6 +215,19 @@ func (b *Backend) Clone(ctx context.Context, parent, child Pool, name string, sp
 		if spec.Size > size {
 			if err := img.Resize(spec.Size); err != nil {
 				return fmt.Errorf("growing clone %s: %w", name, classify(err))
+			}
+		}
+		if spec.DropMetadataPrefix != "" {
+			inherited, err := img.ListMetadata()
+			if err != nil {
+				return fmt.Errorf("metadata of clone %s: %w", name, classify(err))
+			}
+			for k := range inherited {
+				if _, ours := spec.Metadata[k]; strings.HasPrefix(k, spec.DropMetadataPrefix) && !ours {
+					if err := img.RemoveMetadata(k); err != nil {
+						return fmt.Errorf("removing inherited metadata %s of clone %s: %w", k, name, classify(err))
+					}
+				}
 			}
 		}
 		for _, k := range sortedKeys(spec.Metadata) {
