@@ -113,7 +113,7 @@ func TestCreateIsIdempotentAndDetectsConflicts(t *testing.T) {
 
 func TestConcurrentCreatesMakeOneImagePerName(t *testing.T) {
 	e := setup(t)
-	const names, callers = 8, 32
+	const names, callers = 16, 64
 	var wg sync.WaitGroup
 	ids := make([][]string, names)
 	var mu sync.Mutex
@@ -154,6 +154,65 @@ func TestConcurrentCreatesMakeOneImagePerName(t *testing.T) {
 	if imgs := e.c.Images(t); len(imgs) != 0 {
 		t.Fatalf("left after deleting one volume per name: %v", imgs)
 	}
+}
+
+// Concurrent Delete, Expand and Publish-free calls on one volume: each
+// either runs or is told at once that another is in progress; none hangs.
+func TestConcurrentCallsOnOneVolume(t *testing.T) {
+	e := setup(t)
+	v := e.mustCreate(t, "one-vol", 8*mib)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codesSeen := map[codes.Code]int{}
+	for i := 0; i < 24; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			ctx := harness.Ctx(t)
+			var err error
+			switch i % 3 {
+			case 0:
+				_, err = e.cc.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: v.VolumeId,
+					CapacityRange: &csi.CapacityRange{RequiredBytes: int64(16+i) * mib}, Secrets: e.c.Secrets()})
+			case 1:
+				_, err = e.cc.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: fmt.Sprintf("one-vol-snap-%d", i), SourceVolumeId: v.VolumeId, Secrets: e.c.Secrets()})
+			case 2:
+				_, err = e.cc.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: v.VolumeId})
+			}
+			mu.Lock()
+			codesSeen[status.Code(err)]++
+			mu.Unlock()
+		}(i)
+	}
+	wg.Wait()
+	for code := range codesSeen {
+		if code != codes.OK && code != codes.Aborted {
+			t.Fatalf("unexpected outcome %v (all: %v)", code, codesSeen)
+		}
+	}
+	if codesSeen[codes.OK] == 0 {
+		t.Fatalf("no call ran: %v", codesSeen)
+	}
+	t.Logf("outcomes: %v", codesSeen)
+	snaps, err := e.cc.ListSnapshots(harness.Ctx(t), &csi.ListSnapshotsRequest{SourceVolumeId: v.VolumeId, Secrets: e.c.Secrets()})
+	harness.Must(t, err, "ListSnapshots")
+	for _, s := range snaps.Entries {
+		_, err := e.cc.DeleteSnapshot(harness.Ctx(t), &csi.DeleteSnapshotRequest{SnapshotId: s.Snapshot.SnapshotId, Secrets: e.c.Secrets()})
+		harness.Must(t, err, "DeleteSnapshot")
+	}
+	// Concurrent deletes: one removes, the others are Aborted or find it gone.
+	var dwg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		dwg.Add(1)
+		go func() {
+			defer dwg.Done()
+			_, err := e.cc.DeleteVolume(harness.Ctx(t), &csi.DeleteVolumeRequest{VolumeId: v.VolumeId, Secrets: e.c.Secrets()})
+			if c := status.Code(err); c != codes.OK && c != codes.Aborted {
+				t.Errorf("concurrent DeleteVolume: %v", err)
+			}
+		}()
+	}
+	dwg.Wait()
 }
 
 // A crash between creating the image and setting its metadata leaves an
