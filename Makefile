@@ -10,7 +10,7 @@ GO_SOURCES := $(shell find cmd internal -name '*.go' 2>/dev/null) go.mod go.sum
 DEB_PACKAGES := ceph-mon ceph-osd ceph-common librbd-dev librados-dev rbd-fuse rbd-nbd \
 	e2fsprogs xfsprogs util-linux fuse3 kmod gcc pkg-config iproute2 procps
 
-.PHONY: all deps build test unit integration lint demo clean
+.PHONY: all deps build test unit fuzz integration lint demo clean
 all: build
 
 deps:
@@ -38,7 +38,17 @@ unit:
 integration: build
 	scripts/with-cluster.sh go test -count=1 -timeout 40m ./e2e/...
 
-test: lint unit integration
+# Short bounded runs of every fuzz target (the seed corpora run in `unit`).
+FUZZTIME ?= 5s
+fuzz:
+	@set -e; for pkg in $$(go list ./internal/...); do \
+		for target in $$(go test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "fuzz $$pkg $$target"; \
+			go test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg >/dev/null; \
+		done; \
+	done
+
+test: lint unit fuzz integration
 
 demo: deps build
 	scripts/with-cluster.sh scripts/demo.sh

@@ -62,3 +62,18 @@ func FuzzDecodeVolume(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeSnapshot(f *testing.F) {
+	for _, s := range []string{"s1:c:p:10b2e8c1f3a4:csi-snap-00", "v1:c:p:i", "s1::::", "s1:c:p:i:s:x", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		s, err := DecodeSnapshot(id)
+		if err != nil {
+			return
+		}
+		if s.String() != id || len(id) > MaxLen {
+			t.Fatalf("DecodeSnapshot(%q) accepted %+v, which encodes to %q", id, s, s.String())
+		}
+	})
+}
