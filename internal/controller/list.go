@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"k8s.io/klog/v2"
 
+	"github.com/rbdcsi/rbdcsi/internal/attach"
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
@@ -94,7 +95,7 @@ func (c *Controller) ListVolumes(ctx context.Context, req *csi.ListVolumesReques
 		}
 		resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{
 			Volume: &csi.Volume{VolumeId: vol.String(), CapacityBytes: int64(info.Size)},
-			Status: &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: attachedNodes(info.Metadata)},
+			Status: &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: attach.Nodes(info.Metadata)},
 		})
 	}
 	return resp, nil
@@ -192,6 +193,6 @@ func (c *Controller) ControllerGetVolume(ctx context.Context, req *csi.Controlle
 	}
 	return &csi.ControllerGetVolumeResponse{
 		Volume: &csi.Volume{VolumeId: id, CapacityBytes: int64(info.Size)},
-		Status: &csi.ControllerGetVolumeResponse_VolumeStatus{PublishedNodeIds: attachedNodes(info.Metadata)},
+		Status: &csi.ControllerGetVolumeResponse_VolumeStatus{PublishedNodeIds: attach.Nodes(info.Metadata)},
 	}, nil
 }

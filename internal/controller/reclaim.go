@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/rbdcsi/rbdcsi/internal/attach"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
@@ -28,7 +29,7 @@ func (c *Controller) removeVolume(ctx context.Context, pool rbd.Pool, vol volid.
 	if err != nil {
 		return cephStatus(err)
 	}
-	if nodes := attachedNodes(fam.Metadata); len(nodes) > 0 {
+	if nodes := attach.Nodes(fam.Metadata); len(nodes) > 0 {
 		return status.Errorf(codes.FailedPrecondition, "volume %s is attached to node(s) %v; detach it first", vol, nodes)
 	}
 	if fam.Watchers > 0 {

@@ -1,0 +1,109 @@
+// Package attach holds the attachment records the controller keeps in each
+// image's metadata (which node has a volume, how), and the rules for which
+// attachments may coexist. The controller writes them; the node reads them
+// to refuse mapping a volume that is not attached to it.
+package attach
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+)
+
+// MetaPrefix + node ID records an attachment in the image metadata:
+// Ceph itself knows where each volume is attached.
+const MetaPrefix = "rbdcsi.attach/"
+
+// PublishContextNode is the publish_context key naming the node the volume
+// was attached to; NodeStageVolume checks the attachment in Ceph anyway.
+const PublishContextNode = "rbdcsi.dev/attached-node"
+
+// Record is one node's attachment: its access mode and whether it writes.
+type Record struct {
+	Mode     csi.VolumeCapability_AccessMode_Mode
+	ReadOnly bool
+}
+
+func (a Record) String() string {
+	rw := "rw"
+	if a.ReadOnly {
+		rw = "ro"
+	}
+	return rw + ":" + a.Mode.String()
+}
+
+func parse(s string) (Record, bool) {
+	rw, mode, ok := strings.Cut(s, ":")
+	m, known := csi.VolumeCapability_AccessMode_Mode_value[mode]
+	if !ok || !known || (rw != "rw" && rw != "ro") {
+		return Record{}, false
+	}
+	return Record{Mode: csi.VolumeCapability_AccessMode_Mode(m), ReadOnly: rw == "ro"}, true
+}
+
+// Records reads the attachment records from image metadata.
+func Records(meta map[string]string) map[string]Record {
+	out := map[string]Record{}
+	for k, v := range meta {
+		if node, ok := strings.CutPrefix(k, MetaPrefix); ok {
+			if a, ok := parse(v); ok {
+				out[node] = a
+			}
+		}
+	}
+	return out
+}
+
+// Nodes lists the attached nodes, sorted.
+func Nodes(meta map[string]string) []string {
+	var nodes []string
+	for n := range Records(meta) {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	return nodes
+}
+
+// SingleNode reports whether an access mode allows one node only.
+func SingleNode(m csi.VolumeCapability_AccessMode_Mode) bool {
+	switch m {
+	case csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY,
+		csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER, csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER:
+		return true
+	}
+	return false
+}
+
+// Conflict says why a new attachment cannot join the existing ones, or "".
+// Single-node modes exclude every other node; a writer excludes every other
+// node unless all are raw block multi-writers (the application then owns
+// the coordination, as with a clustered filesystem).
+func Conflict(node string, want Record, block bool, existing map[string]Record) string {
+	for other, a := range existing {
+		if other == node {
+			continue
+		}
+		switch {
+		case SingleNode(want.Mode) || SingleNode(a.Mode):
+			return fmt.Sprintf("it is attached to node %s, and access mode %s allows one node only", other, pick(SingleNode(want.Mode), want.Mode, a.Mode))
+		case !want.ReadOnly && a.ReadOnly:
+			return fmt.Sprintf("node %s has it attached read-only; a read-write attachment elsewhere would change data under it", other)
+		case !want.ReadOnly && !a.ReadOnly && (want.Mode == csi.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER || a.Mode == csi.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER):
+			return fmt.Sprintf("node %s writes to it already and access mode %s allows one writer", other, csi.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER)
+		case !want.ReadOnly || !a.ReadOnly:
+			if !block {
+				return fmt.Sprintf("node %s has it attached and a filesystem cannot be written from several nodes", other)
+			}
+		}
+	}
+	return ""
+}
+
+func pick[T any](first bool, a, b T) T {
+	if first {
+		return a
+	}
+	return b
+}
