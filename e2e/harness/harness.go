@@ -256,3 +256,26 @@ func Must(t testing.TB, err error, what string, args ...any) {
 		t.Fatalf("%s: %v", fmt.Sprintf(what, args...), err)
 	}
 }
+
+// Ceph runs the ceph CLI as admin.
+func (c Cluster) Ceph(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	full := append([]string{"-c", c.Conf, "--id", "admin", "--key", c.AdminKey}, args...)
+	out, err := exec.CommandContext(ctx, "ceph", full...).CombinedOutput()
+	return string(out), err
+}
+
+// WaitHealth polls `ceph health` until match says yes (bounded).
+func (c Cluster) WaitHealth(t testing.TB, what string, match func(health string) bool) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		out, err := c.Ceph("health")
+		if err == nil && match(out) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster never got %s: %s %v", what, out, err)
+		}
+	}
+}

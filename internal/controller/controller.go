@@ -24,6 +24,7 @@ type Backend interface {
 	ListImages(ctx context.Context, p rbd.Pool) ([]string, error)
 	ListPools(ctx context.Context, monHost string, cred config.Credentials) ([]string, error)
 	PoolAvailable(ctx context.Context, p rbd.Pool) (int64, error)
+	PoolFull(ctx context.Context, p rbd.Pool) (bool, error)
 
 	StatFamily(ctx context.Context, p rbd.Pool, name, id string) (rbd.Family, error)
 	CreateSnapshot(ctx context.Context, p rbd.Pool, image, snap string) error

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -32,6 +33,21 @@ func cephStatus(err error) error {
 		code = codes.NotFound
 	}
 	return status.Error(code, err.Error())
+}
+
+// writeStatus is cephStatus for a failed write: Ceph makes writes to a
+// full pool wait rather than fail, so a write that timed out on a full pool
+// is reported as what it is, ResourceExhausted.
+func (c *Controller) writeStatus(pool rbd.Pool, err error) error {
+	if errors.Is(err, rbd.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		// The request's context may be spent; the check gets its own.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if full, ferr := c.backend.PoolFull(ctx, pool); ferr == nil && full {
+			return status.Errorf(codes.ResourceExhausted, "pool %s is full (its quota is reached or an OSD is full): %v", pool.Name, err)
+		}
+	}
+	return cephStatus(err)
 }
 
 func pending(what string) error {

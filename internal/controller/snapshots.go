@@ -74,7 +74,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 		return nil, status.Errorf(codes.ResourceExhausted, "volume %s has %d snapshots, the most this driver allows (--max-snapshots-per-image)", srcID, len(fam.Snaps))
 	}
 	if err := c.backend.CreateSnapshot(ctx, pool, vol.Image, snap.Snap); err != nil && !errors.Is(err, rbd.ErrExists) {
-		return nil, cephStatus(err)
+		return nil, c.writeStatus(pool, err)
 	}
 	fam, err = c.family(ctx, pool, vol)
 	if err != nil {

@@ -66,7 +66,7 @@ func (c *Controller) createFromSource(ctx context.Context, pool rbd.Pool, image,
 		if errors.Is(err, rbd.ErrExists) {
 			return 0, status.Errorf(codes.Aborted, "volume %s is being created by another attempt; retry", name)
 		}
-		return 0, cephStatus(err)
+		return 0, c.writeStatus(pool, err)
 	}
 	klog.V(2).InfoS("cloned volume", "name", name, "source", srcID, "depth", depth, "size", size)
 	fam, err = c.backend.StatFamily(ctx, pool, image, "")

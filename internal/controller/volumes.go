@@ -92,7 +92,7 @@ func (c *Controller) createImage(ctx context.Context, pool rbd.Pool, image, name
 			return 0, status.Errorf(codes.InvalidArgument, "pool %q does not exist in the cluster (check the StorageClass parameter %q)", pool.Name, config.ParamPool)
 		}
 		if !errors.Is(err, rbd.ErrExists) {
-			return 0, cephStatus(fmt.Errorf("creating volume %s: %w", name, err))
+			return 0, c.writeStatus(pool, fmt.Errorf("creating volume %s: %w", name, err))
 		}
 		info, err := c.backend.Stat(ctx, pool, image)
 		if errors.Is(err, rbd.ErrNotFound) {
@@ -193,7 +193,7 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 		return &csi.ControllerExpandVolumeResponse{CapacityBytes: int64(info.Size), NodeExpansionRequired: nodeExpand}, nil
 	}
 	if err := c.backend.Resize(ctx, pool, vol.Image, uint64(size)); err != nil {
-		return nil, cephStatus(fmt.Errorf("expanding volume %s: %w", id, err))
+		return nil, c.writeStatus(pool, fmt.Errorf("expanding volume %s: %w", id, err))
 	}
 	klog.V(2).InfoS("expanded volume", "volumeID", id, "from", info.Size, "to", size)
 	return &csi.ControllerExpandVolumeResponse{CapacityBytes: size, NodeExpansionRequired: nodeExpand}, nil

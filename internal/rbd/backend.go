@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/ceph/go-ceph/rados"
@@ -318,4 +319,35 @@ func (b *Backend) RemoveMetadata(ctx context.Context, p Pool, name string, keys 
 		}
 		return nil
 	})
+}
+
+// PoolFull reports whether Ceph has marked the pool full (its quota is
+// reached, or an OSD it maps to is full). Writes to a full pool wait instead
+// of failing, so callers ask this when a write timed out.
+func (b *Backend) PoolFull(ctx context.Context, p Pool) (bool, error) {
+	var full bool
+	err := b.withConn(ctx, p.MonHost, p.Cred, "PoolFull", func(conn *rados.Conn) error {
+		out, status, err := conn.MonCommand([]byte(`{"prefix":"osd dump","format":"json"}`))
+		if err != nil {
+			return fmt.Errorf("osd dump: %s: %w", status, classify(err))
+		}
+		var dump struct {
+			Pools []struct {
+				Name  string `json:"pool_name"`
+				Flags string `json:"flags_names"`
+			} `json:"pools"`
+		}
+		if err := json.Unmarshal(out, &dump); err != nil {
+			return fmt.Errorf("parsing osd dump: %w", err)
+		}
+		for _, pl := range dump.Pools {
+			if pl.Name == p.Name {
+				for _, f := range strings.Split(pl.Flags, ",") {
+					full = full || f == "full" || f == "full_quota"
+				}
+			}
+		}
+		return nil
+	})
+	return full, err
 }

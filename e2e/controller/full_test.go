@@ -1,0 +1,48 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+
+	"github.com/rbdcsi/rbdcsi/e2e/harness"
+)
+
+// A pool at its quota makes Ceph hold writes; the driver reports that as
+// ResourceExhausted, not as an outage.
+func TestFullPoolIsResourceExhausted(t *testing.T) {
+	c := harness.LoadCluster(t)
+	p := harness.StartPlugin(t, c, "--mode", "controller", "--ceph-timeout", "3s")
+	e := env{c: c, p: p, cc: p.Controller()}
+	t.Cleanup(func() { c.ExpectNoImages(t) })
+	v := e.mustCreate(t, "full-existing", 8*mib)
+
+	filler := c.Pool + "/quota-filler"
+	if out, err := c.RBD("create", "--size", "64", filler); err != nil {
+		t.Fatalf("rbd create: %v: %s", err, out)
+	}
+	defer func() {
+		if out, err := c.RBD("rm", "--no-progress", filler); err != nil {
+			t.Errorf("rbd rm: %v: %s", err, out)
+		}
+	}()
+	if out, err := c.RBD("bench", "--io-type", "write", "--io-size", "1M", "--io-total", "16M", filler); err != nil {
+		t.Fatalf("rbd bench: %v: %s", err, out)
+	}
+	if out, err := c.Ceph("osd", "pool", "set-quota", c.Pool, "max_bytes", "8000000"); err != nil {
+		t.Fatalf("set-quota: %v: %s", err, out)
+	}
+	defer func() {
+		_, _ = c.Ceph("osd", "pool", "set-quota", c.Pool, "max_bytes", "0")
+		c.WaitHealth(t, "no full pool", func(h string) bool { return !strings.Contains(h, "full") })
+	}()
+	c.WaitHealth(t, "a full pool", func(h string) bool { return strings.Contains(h, "full") })
+
+	_, err := e.create(t, "full-new", 8*mib)
+	wantCode(t, err, codes.ResourceExhausted, "CreateVolume on a full pool")
+	_, err = e.cc.ControllerExpandVolume(harness.Ctx(t), &csi.ControllerExpandVolumeRequest{VolumeId: v.VolumeId,
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 64 * mib}, Secrets: c.Secrets()})
+	wantCode(t, err, codes.ResourceExhausted, "expand on a full pool")
+}
