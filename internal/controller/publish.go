@@ -35,8 +35,7 @@ func (c *Controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 	if err := checkCapability(req.GetVolumeCapability()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	vol, err := volid.DecodeVolume(id)
-	if err != nil || !isVolumeImage(vol.Image) {
+	if _, err := volid.DecodeVolume(id); err != nil {
 		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist", id)
 	}
 	known, err := c.nodes.Known(ctx, node)
@@ -46,13 +45,9 @@ func (c *Controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 	if !known {
 		return nil, status.Errorf(codes.NotFound, "node %.100q is not registered: its node plugin is not running or has not sent a heartbeat recently", node)
 	}
-	pool, err := c.pool(vol.ClusterID, vol.Pool, req.GetSecrets(), true)
+	vol, pool, release, err := c.lockVolume(id, req.GetSecrets(), true)
 	if err != nil {
 		return nil, err
-	}
-	release, ok := c.locks.TryLock("vol/" + id)
-	if !ok {
-		return nil, pending("volume " + id)
 	}
 	defer release()
 
@@ -90,17 +85,12 @@ func (c *Controller) ControllerUnpublishVolume(ctx context.Context, req *csi.Con
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
 	}
-	vol, err := volid.DecodeVolume(id)
-	if err != nil || !isVolumeImage(vol.Image) {
+	if v, err := volid.DecodeVolume(id); err != nil || !isVolumeImage(v.Image) {
 		return &csi.ControllerUnpublishVolumeResponse{}, nil
 	}
-	pool, err := c.pool(vol.ClusterID, vol.Pool, req.GetSecrets(), true)
+	vol, pool, release, err := c.lockVolume(id, req.GetSecrets(), true)
 	if err != nil {
 		return nil, err
-	}
-	release, ok := c.locks.TryLock("vol/" + id)
-	if !ok {
-		return nil, pending("volume " + id)
 	}
 	defer release()
 

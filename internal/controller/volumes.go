@@ -170,17 +170,9 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	if outOfRange != nil {
 		return nil, status.Error(codes.OutOfRange, outOfRange.Error())
 	}
-	vol, err := volid.DecodeVolume(id)
-	if err != nil || !isVolumeImage(vol.Image) {
-		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist", id)
-	}
-	pool, err := c.pool(vol.ClusterID, vol.Pool, req.GetSecrets(), false)
+	vol, pool, release, err := c.lockVolume(id, req.GetSecrets(), false)
 	if err != nil {
 		return nil, err
-	}
-	release, ok := c.locks.TryLock("vol/" + id)
-	if !ok {
-		return nil, pending("volume " + id)
 	}
 	defer release()
 
@@ -197,6 +189,24 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	}
 	klog.V(2).InfoS("expanded volume", "volumeID", id, "from", info.Size, "to", size)
 	return &csi.ControllerExpandVolumeResponse{CapacityBytes: size, NodeExpansionRequired: nodeExpand}, nil
+}
+
+// lockVolume decodes a volume ID (NotFound if it is not one of ours),
+// resolves its pool and takes the volume's try-lock.
+func (c *Controller) lockVolume(id string, secrets map[string]string, ownCredsOK bool) (volid.Volume, rbd.Pool, func(), error) {
+	vol, err := volid.DecodeVolume(id)
+	if err != nil || !isVolumeImage(vol.Image) {
+		return volid.Volume{}, rbd.Pool{}, nil, status.Errorf(codes.NotFound, "volume %.130q does not exist", id)
+	}
+	pool, err := c.pool(vol.ClusterID, vol.Pool, secrets, ownCredsOK)
+	if err != nil {
+		return volid.Volume{}, rbd.Pool{}, nil, err
+	}
+	release, ok := c.locks.TryLock("vol/" + id)
+	if !ok {
+		return volid.Volume{}, rbd.Pool{}, nil, pending("volume " + id)
+	}
+	return vol, pool, release, nil
 }
 
 // stat returns a finished volume image, or NotFound.
