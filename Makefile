@@ -36,7 +36,7 @@ unit:
 # Integration and conformance run against a real single-node Ceph cluster that
 # scripts/with-cluster.sh boots for the run and always tears down.
 integration: build
-	scripts/with-cluster.sh go test -count=1 -timeout 40m ./e2e/...
+	scripts/with-cluster.sh go test -count=1 -p 1 -timeout 60m ./e2e/...
 
 # Short bounded runs of every fuzz target (the seed corpora run in `unit`).
 FUZZTIME ?= 5s
@@ -62,3 +62,24 @@ IMAGE ?= rbdcsi/rbdplugin:$(VERSION)
 .PHONY: image
 image:
 	docker build -f build/Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
+# Benchmarks (issue 9, README "Performance"): P1-P7 through the real plugin
+# binary against a throwaway local cluster, every figure a ratio against a
+# baseline measured in the same run. Prints the table and writes
+# results/bench-<time>.json and .md. Options: BENCH_FLAGS='-rounds 1 -cycles 1000'
+# (all of them: bin/rbdbench -h).
+BENCH_FLAGS ?=
+.PHONY: bench
+bench: build
+	go build -o bin/rbdbench ./e2e/bench
+	scripts/with-cluster.sh bin/rbdbench -plugin $(BIN) -out results $(BENCH_FLAGS)
+
+# End-to-end on a real single-node Kubernetes v1.37.1 built on this machine
+# (README, "End-to-end on Kubernetes"): builds or reuses Kubernetes, the
+# sidecars and the images under $(or $(RBDCSI_E2E_CACHE),/var/cache/rbdcsi-e2e),
+# boots Ceph and the node, `kubectl apply -k deploy/e2e`, runs e2e/k8s,
+# tears everything down. E2E_FLAGS='-run TestAttach' picks scenarios.
+E2E_FLAGS ?=
+.PHONY: e2e
+e2e: deps build
+	scripts/k8s-e2e.sh $(E2E_FLAGS)

@@ -1,23 +1,134 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"k8s.io/klog/v2"
+	mount "k8s.io/mount-utils"
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/driver"
+	"github.com/rbdcsi/rbdcsi/internal/mapper"
+	"github.com/rbdcsi/rbdcsi/internal/node"
 )
 
 // nodeFlags are the flags only the node service uses.
-type nodeFlags struct{}
-
-func addNodeFlags(fs *flag.FlagSet) *nodeFlags {
-	return &nodeFlags{}
+type nodeFlags struct {
+	defaultMounter string
+	maxVolumes     int64
+	stateDir       string
+	mapTimeout     time.Duration
+	fsTimeout      time.Duration
 }
 
-// newNode builds the Node service.
+func addNodeFlags(fs *flag.FlagSet) *nodeFlags {
+	f := &nodeFlags{}
+	fs.StringVar(&f.defaultMounter, "default-mounter", mapper.KRBD, "how to map a volume whose StorageClass sets no \"mounter\": "+strings.Join(config.Mounters, ", "))
+	fs.Int64Var(&f.maxVolumes, "max-volumes-per-node", 0, "volumes this node can have attached (0: no limit)")
+	fs.StringVar(&f.stateDir, "state-dir", "/var/lib/rbdcsi/node", "node state (per-volume records, rbd-fuse directories); must survive plugin restarts")
+	fs.DurationVar(&f.mapTimeout, "map-timeout", 60*time.Second, "bound on one map, unmap or losetup command")
+	fs.DurationVar(&f.fsTimeout, "fs-timeout", 10*time.Minute, "bound on one mkfs, resize2fs or xfs_growfs")
+	return f
+}
+
+// newNode builds the Node service and the health checks it adds to Probe.
 func newNode(f flags, clusters *config.ClusterMap) (csi.NodeServer, []driver.HealthCheck, error) {
-	return nil, nil, errors.New("the node service is not built yet: run with --mode controller")
+	nf := f.node
+	if !slices.Contains(config.Mounters, nf.defaultMounter) {
+		return nil, nil, fmt.Errorf("--default-mounter %q: want one of %s", nf.defaultMounter, strings.Join(config.Mounters, ", "))
+	}
+	if nf.maxVolumes < 0 {
+		return nil, nil, fmt.Errorf("--max-volumes-per-node must not be negative")
+	}
+	if !filepath.IsAbs(nf.stateDir) {
+		return nil, nil, fmt.Errorf("--state-dir %q must be absolute", nf.stateDir)
+	}
+	if err := os.MkdirAll(nf.stateDir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("--state-dir: %w", err)
+	}
+	keys, err := mapper.PrepareKeyDir(filepath.Join(nf.stateDir, "keys"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("--state-dir: %w", err)
+	}
+	run := mapper.ExecRunner{Timeout: nf.mapTimeout}
+	mappers := map[string]mapper.Mapper{
+		mapper.KRBD: mapper.NewKRBD(mapper.CLIOptions{Runner: run, Keys: keys}),
+		mapper.NBD:  mapper.NewNBD(mapper.CLIOptions{Runner: run, Keys: keys}),
+		mapper.Fuse: mapper.NewFuse(mapper.FuseOptions{
+			Dir: filepath.Join(nf.stateDir, "fuse"), Keys: keys, Runner: run, ConnectTimeout: f.cephTimeout,
+		}),
+	}
+	n, err := node.New(node.Options{
+		NodeID:         f.nodeID,
+		Mappers:        mappers,
+		DefaultMounter: nf.defaultMounter,
+		// No systemd scopes: they serve FUSE mount helpers, and the only
+		// FUSE daemon here (rbd-fuse) is started by the plugin itself.
+		Mounter:           mount.NewWithoutSystemd(""),
+		Runner:            mapper.ExecRunner{Timeout: nf.fsTimeout},
+		StateDir:          nf.stateDir,
+		MaxVolumesPerNode: nf.maxVolumes,
+		Clusters:          clusters,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	// Say at start, not at the first stage, when the default cannot work.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := mappers[nf.defaultMounter].Supported(ctx); err != nil {
+		klog.ErrorS(err, "the default mounter cannot work on this node; volumes must name another one", "defaultMounter", nf.defaultMounter)
+	}
+	checks := []driver.HealthCheck{
+		func(context.Context) error { return stateDirWritable(nf.stateDir) },
+		func(context.Context) error { return toolsPresent(nf.defaultMounter) },
+	}
+	return n, checks, nil
+}
+
+// stateDirWritable proves the records can still be written (a full or
+// read-only disk would fail every stage).
+func stateDirWritable(dir string) error {
+	f, err := os.CreateTemp(dir, ".probe-*")
+	if err != nil {
+		return fmt.Errorf("state directory %s is not writable: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
+// toolsPresent checks the commands every stage needs, plus the default
+// mounter's. Kernel support is not checked here: a liveness probe must
+// not restart the plugin forever for a missing module.
+func toolsPresent(defaultMounter string) error {
+	tools := []string{"mount", "umount", "blkid", "mkfs.ext4", "mkfs.xfs", "resize2fs", "dumpe2fs", "e2fsck", "xfs_growfs"}
+	switch defaultMounter {
+	case mapper.KRBD:
+		tools = append(tools, "rbd")
+	case mapper.NBD:
+		tools = append(tools, "rbd", "rbd-nbd")
+	case mapper.Fuse:
+		tools = append(tools, "rbd-fuse", "losetup")
+	}
+	var missing []string
+	for _, t := range tools {
+		if _, err := exec.LookPath(t); err != nil {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) > 0 {
+		return errors.New("tools missing on the node: " + strings.Join(missing, ", "))
+	}
+	return nil
 }

@@ -1,0 +1,74 @@
+// Package sanity runs the CSI conformance suite (csi-test's sanity package)
+// against the real plugin binary, through its real socket, on the real
+// local Ceph cluster.
+package sanity
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/rbdcsi/rbdcsi/e2e/harness"
+)
+
+// skipped lists the sanity specs we do not run, each with the reason. Only
+// a capability the driver does not advertise may justify a skip (README).
+var skipped = map[string]string{}
+
+func TestSanity(t *testing.T) {
+	c := harness.LoadCluster(t)
+	secretDir := harness.WriteControllerSecretDir(t, c)
+	// The node keeps rbd-fuse mounts in its state dir; removing that with
+	// RemoveAll while one is live would delete the image through it, so
+	// it is removed only once nothing is mounted below it.
+	stateDir, err := os.MkdirTemp("", "rbdcsi-sanity-node-")
+	harness.Must(t, err, "state dir")
+	t.Cleanup(func() {
+		if mounts, _ := os.ReadFile("/proc/self/mountinfo"); !strings.Contains(string(mounts), stateDir+"/") {
+			os.RemoveAll(stateDir)
+		} else {
+			t.Errorf("mounts left under %s", stateDir)
+		}
+	})
+	// The fuse mounter: this machine has neither krbd nor nbd (MACHINE.md).
+	p := harness.StartPlugin(t, c, "--mode", "all", "--nodeid", "sanity-node", "--default-mounter", "fuse",
+		"--state-dir", stateDir, "--controller-secret-dir", secretDir,
+		"--node-registry", c.ClusterID+"/"+c.Pool, "--node-secret-dir", secretDir, "--v", "4")
+
+	work := t.TempDir()
+	secretsFile := filepath.Join(work, "secrets.yaml")
+	var sb strings.Builder
+	for _, kind := range []string{"CreateVolumeSecret", "DeleteVolumeSecret", "ControllerPublishVolumeSecret",
+		"ControllerUnpublishVolumeSecret", "ControllerValidateVolumeCapabilitiesSecret", "NodeStageVolumeSecret",
+		"NodePublishVolumeSecret", "CreateSnapshotSecret", "DeleteSnapshotSecret", "ControllerExpandVolumeSecret",
+		"ListSnapshotsSecret", "GetSnapshotSecret"} {
+		fmt.Fprintf(&sb, "%s:\n  userID: %q\n  userKey: %q\n", kind, c.CSIUser, c.CSIKey)
+	}
+	harness.Must(t, os.WriteFile(secretsFile, []byte(sb.String()), 0o600), "secrets file")
+
+	cfg := sanity.NewTestConfig()
+	cfg.Address = p.Socket
+	cfg.TargetPath = filepath.Join(work, "target")
+	cfg.StagingPath = filepath.Join(work, "staging")
+	cfg.SecretsFile = secretsFile
+	cfg.TestVolumeParameters = c.Params()
+	cfg.TestVolumeSize = 1 << 30 // thin: costs nothing until written
+	cfg.TestVolumeExpandSize = 2 << 30
+	cfg.IdempotentCount = 3
+	sanity.GinkgoTest(&cfg)
+
+	RegisterFailHandler(Fail)
+	suite, reporter := GinkgoConfiguration()
+	for focus := range skipped {
+		suite.SkipStrings = append(suite.SkipStrings, focus)
+	}
+	RunSpecs(t, "CSI sanity on real Ceph", suite, reporter)
+
+	c.ExpectNoImages(t)
+}

@@ -1,0 +1,288 @@
+package mapper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// rbdCLI maps through `rbd device map`, the krbd and nbd way; they differ
+// in the device type flag, the kernel module they need and (a little) in
+// the JSON `rbd device list` prints.
+type rbdCLI struct {
+	name    string // KRBD or NBD
+	run     Runner
+	keys    KeyDir
+	sysRoot string // "/" outside tests
+	// probe says why the kernel cannot serve this mapper, "" if it can.
+	probe func(sysRoot string) string
+	// modprobe is tried once per process: a module that failed to load
+	// will not load on the next call either, and Supported stays cheap.
+	modprobe sync.Once
+}
+
+// CLIOptions configure the krbd and nbd mappers.
+type CLIOptions struct {
+	Runner Runner
+	Keys   KeyDir
+	// SysRoot prefixes /sys and /dev paths (tests); empty means "/".
+	SysRoot string
+}
+
+// NewKRBD returns the kernel RBD mapper.
+func NewKRBD(o CLIOptions) Mapper {
+	return newCLI(KRBD, o, func(root string) string {
+		if exists(root, "sys/bus/rbd") {
+			return ""
+		}
+		return "the kernel has no RBD support (/sys/bus/rbd is missing and `modprobe rbd` did not provide it)"
+	})
+}
+
+// NewNBD returns the rbd-nbd mapper.
+func NewNBD(o CLIOptions) Mapper {
+	return newCLI(NBD, o, func(root string) string {
+		if exists(root, "sys/module/nbd") || exists(root, "dev/nbd0") {
+			return ""
+		}
+		return "the kernel has no NBD support (/sys/module/nbd and /dev/nbd0 are missing and `modprobe nbd` did not provide them)"
+	})
+}
+
+func newCLI(name string, o CLIOptions, probe func(string) string) *rbdCLI {
+	root := o.SysRoot
+	if root == "" {
+		root = "/"
+	}
+	run := o.Runner
+	if run == nil {
+		run = ExecRunner{}
+	}
+	return &rbdCLI{name: name, run: run, keys: o.Keys, sysRoot: root, probe: probe}
+}
+
+func exists(root, rel string) bool {
+	_, err := os.Stat(filepath.Join(root, rel))
+	return err == nil
+}
+
+// module is the kernel module each mapper needs.
+func (c *rbdCLI) module() string {
+	if c.name == NBD {
+		return "nbd"
+	}
+	return "rbd"
+}
+
+// Supported checks the kernel first (loading the module once if it is only
+// not loaded yet), then the tools, so the answer is fast and never hangs.
+func (c *rbdCLI) Supported(ctx context.Context) error {
+	if why := c.probe(c.sysRoot); why != "" {
+		// The module may exist but not be loaded yet; rbd would load it
+		// itself, but an explicit, bounded attempt gives a clear answer.
+		c.modprobe.Do(func() { _, _ = c.run.Run(ctx, "modprobe", c.module()) })
+		if why = c.probe(c.sysRoot); why != "" {
+			return unsupported(c.name, why)
+		}
+	}
+	tools := []string{"rbd"}
+	if c.name == NBD {
+		tools = append(tools, "rbd-nbd")
+	}
+	for _, t := range tools {
+		if _, err := exec.LookPath(t); err != nil {
+			return unsupported(c.name, fmt.Sprintf("the %s tool is not installed", t))
+		}
+	}
+	return nil
+}
+
+// typeArgs selects the device type for `rbd device` subcommands.
+func (c *rbdCLI) typeArgs() []string {
+	if c.name == NBD {
+		return []string{"--device-type=nbd"}
+	}
+	return nil
+}
+
+// mapArgs is the argv of `rbd device map`. The key travels in keyFile,
+// never here, so it does not show in /proc/*/cmdline.
+func (c *rbdCLI) mapArgs(req MapRequest, keyFile string) []string {
+	args := append([]string{"device", "map"}, c.typeArgs()...)
+	// name=value forms: a value can never be taken for an option.
+	args = append(args, "--id="+req.Cred.ID, "--mon-host="+req.MonHost, "--keyfile="+keyFile)
+	if opts := c.options(req); opts != "" {
+		args = append(args, "--options="+opts)
+	}
+	if req.ReadOnly {
+		args = append(args, "--read-only")
+	}
+	return append(args, "--pool="+req.Image.Pool, "--image="+req.Image.Name)
+}
+
+// options are the mapOptions, plus ms_mode for krbd when every monitor
+// only speaks msgr2: the kernel client defaults to msgr1 and would not find
+// a monitor at all ("failed to get mon address (possible ms_mode mismatch)").
+func (c *rbdCLI) options(req MapRequest) string {
+	opts := req.Options
+	if c.name != KRBD || strings.Contains(opts, "ms_mode") || !onlyMsgr2(req.MonHost) {
+		return opts
+	}
+	if opts != "" {
+		opts += ","
+	}
+	return opts + "ms_mode=prefer-crc"
+}
+
+func onlyMsgr2(monHost string) bool {
+	for _, m := range strings.Split(monHost, ",") {
+		m = strings.TrimPrefix(strings.TrimSpace(m), "[")
+		if !strings.HasPrefix(m, "v2:") {
+			return false
+		}
+	}
+	return monHost != ""
+}
+
+func (c *rbdCLI) unmapArgs(device, options string) []string {
+	args := append([]string{"device", "unmap"}, c.typeArgs()...)
+	if options != "" {
+		args = append(args, "--options="+options)
+	}
+	return append(args, device)
+}
+
+func (c *rbdCLI) listArgs() []string {
+	args := append([]string{"device", "list"}, c.typeArgs()...)
+	return append(args, "--format", "json")
+}
+
+// Map maps the image unless it already is (a retried stage must not map a
+// second device).
+func (c *rbdCLI) Map(ctx context.Context, req MapRequest) (string, error) {
+	list, err := c.List(ctx)
+	if err != nil {
+		return "", err
+	}
+	if m, ok := Find(list, req.Image); ok {
+		return m.Device, nil
+	}
+	keyFile, remove, err := c.keys.write(req.Cred.Key)
+	if err != nil {
+		return "", err
+	}
+	out, err := c.run.Run(ctx, "rbd", c.mapArgs(req, keyFile)...)
+	remove()
+	if err != nil {
+		return "", redact(classify(fmt.Errorf("%s map %s: %w", c.name, req.Image, err)), req.Cred.Key)
+	}
+	dev := strings.TrimSpace(string(out))
+	if list, lerr := c.List(ctx); lerr == nil {
+		if m, ok := Find(list, req.Image); ok {
+			dev = m.Device
+		}
+	}
+	if !strings.HasPrefix(dev, "/dev/") {
+		return "", fmt.Errorf("%s map %s: no device in the output (%.100q) nor in `rbd device list`", c.name, req.Image, dev)
+	}
+	return dev, nil
+}
+
+// Unmap unmaps the image's device. The device is looked up by image, never
+// taken from the request alone: after a reboot the recorded /dev/rbdN may
+// be another volume's.
+func (c *rbdCLI) Unmap(ctx context.Context, req UnmapRequest) error {
+	list, err := c.List(ctx)
+	if err != nil {
+		return err
+	}
+	dev := ""
+	for _, m := range list {
+		if sameImage(m.Image, req.Image) && (dev == "" || m.Device == req.Device) {
+			dev = m.Device
+		}
+	}
+	if dev == "" {
+		return nil // not mapped (any more): done
+	}
+	if _, err := c.run.Run(ctx, "rbd", c.unmapArgs(dev, req.Options)...); err != nil {
+		return classify(fmt.Errorf("%s unmap %s: %w", c.name, dev, err))
+	}
+	return nil
+}
+
+func sameImage(a, b Image) bool { return a.Pool == b.Pool && a.Name == b.Name }
+
+// List parses `rbd device list --format json`.
+func (c *rbdCLI) List(ctx context.Context) ([]Mapped, error) {
+	out, err := c.run.Run(ctx, "rbd", c.listArgs()...)
+	if err != nil {
+		return nil, fmt.Errorf("%s list: %w", c.name, err)
+	}
+	return parseDeviceList(out)
+}
+
+// deviceEntry covers both shapes: krbd says "name", rbd-nbd says "image";
+// krbd's id is a string, rbd-nbd's a number (its pid).
+type deviceEntry struct {
+	ID        json.RawMessage `json:"id"`
+	Pool      string          `json:"pool"`
+	Namespace string          `json:"namespace"`
+	Name      string          `json:"name"`
+	Image     string          `json:"image"`
+	Snap      string          `json:"snap"`
+	Device    string          `json:"device"`
+}
+
+// parseDeviceList decodes `rbd device list --format json`. Snapshot and
+// namespaced mappings are never ours and are left out.
+func parseDeviceList(out []byte) ([]Mapped, error) {
+	if len(strings.TrimSpace(string(out))) == 0 {
+		return nil, nil
+	}
+	var entries []deviceEntry
+	if err := json.Unmarshal(out, &entries); err != nil {
+		return nil, fmt.Errorf("parsing `rbd device list` output: %w", err)
+	}
+	var list []Mapped
+	for _, e := range entries {
+		name := e.Name
+		if name == "" {
+			name = e.Image
+		}
+		if name == "" || e.Device == "" || e.Namespace != "" || (e.Snap != "" && e.Snap != "-") {
+			continue
+		}
+		list = append(list, Mapped{Image: Image{Pool: e.Pool, Name: name}, Device: e.Device})
+	}
+	return list, nil
+}
+
+// classify adds the sentinel a caller can act on, from the tool's words.
+func classify(err error) error {
+	var ce *CmdError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	s := ce.Stderr
+	switch {
+	case strings.Contains(s, "(2) No such file or directory"), strings.Contains(s, "image not found"),
+		strings.Contains(s, "error opening image"), strings.Contains(s, "error opening pool"):
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	case strings.Contains(s, "(16) Device or resource busy"):
+		return fmt.Errorf("%w: %w", ErrBusy, err)
+	}
+	return err
+}
+
+// Refresh waits for the kernel to pick up the new size: krbd and rbd-nbd
+// follow image resizes by themselves.
+func (c *rbdCLI) Refresh(ctx context.Context, device string, minBytes int64) (int64, error) {
+	return waitDeviceSize(ctx, device, minBytes, nil)
+}

@@ -1,0 +1,263 @@
+package mapper
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/rbdcsi/rbdcsi/internal/config"
+)
+
+const testKey = "AQBexampleexampleexampleexampleexampleA=="
+
+// fakeRunner records every command and answers from a script.
+type fakeRunner struct {
+	mu     sync.Mutex
+	calls  [][]string
+	answer func(argv []string) ([]byte, error)
+}
+
+func (f *fakeRunner) Run(_ context.Context, name string, args ...string) ([]byte, error) {
+	argv := append([]string{name}, args...)
+	f.mu.Lock()
+	f.calls = append(f.calls, argv)
+	f.mu.Unlock()
+	if f.answer == nil {
+		return nil, nil
+	}
+	return f.answer(argv)
+}
+
+func mapReq() MapRequest {
+	return MapRequest{
+		Image:   Image{ClusterID: "c1", Pool: "rbd", Name: "csi-vol-1"},
+		MonHost: "v2:10.0.0.1:3300,v2:10.0.0.2:3300",
+		Cred:    config.Credentials{ID: "csi-rbd", Key: testKey},
+	}
+}
+
+func TestMapArgs(t *testing.T) {
+	req := mapReq()
+	req.Options = "noshare,lock_on_read"
+	req.ReadOnly = true
+	krbd := newCLI(KRBD, CLIOptions{}, nil)
+	got := krbd.mapArgs(req, "/state/keys/key-1")
+	want := []string{"device", "map", "--id=csi-rbd", "--mon-host=v2:10.0.0.1:3300,v2:10.0.0.2:3300",
+		"--keyfile=/state/keys/key-1", "--options=noshare,lock_on_read,ms_mode=prefer-crc", "--read-only",
+		"--pool=rbd", "--image=csi-vol-1"}
+	if !slices.Equal(got, want) {
+		t.Errorf("krbd map argv:\n got %q\nwant %q", got, want)
+	}
+	nbd := newCLI(NBD, CLIOptions{}, nil)
+	got = nbd.mapArgs(req, "/k")
+	if got[2] != "--device-type=nbd" || slices.Contains(got, "--options=noshare,lock_on_read,ms_mode=prefer-crc") {
+		t.Errorf("nbd map argv %q: want the nbd device type and no krbd-only ms_mode", got)
+	}
+	for _, m := range []*rbdCLI{krbd, nbd} {
+		for _, a := range m.mapArgs(req, "/k") {
+			if strings.Contains(a, testKey) {
+				t.Errorf("%s map argv holds the key: %q", m.name, a)
+			}
+		}
+	}
+	// A monitor list that speaks msgr1 needs no ms_mode; an explicit one wins.
+	req.MonHost, req.Options = "10.0.0.1:6789", ""
+	if args := krbd.mapArgs(req, "/k"); slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--options") }) {
+		t.Errorf("msgr1 monitors got options: %q", args)
+	}
+	req.MonHost, req.Options = "v2:10.0.0.1:3300", "ms_mode=secure"
+	if args := krbd.mapArgs(req, "/k"); !slices.Contains(args, "--options=ms_mode=secure") {
+		t.Errorf("explicit ms_mode lost: %q", args)
+	}
+	if got := krbd.unmapArgs("/dev/rbd3", "force"); !slices.Equal(got, []string{"device", "unmap", "--options=force", "/dev/rbd3"}) {
+		t.Errorf("unmap argv %q", got)
+	}
+	if got := nbd.listArgs(); !slices.Equal(got, []string{"device", "list", "--device-type=nbd", "--format", "json"}) {
+		t.Errorf("nbd list argv %q", got)
+	}
+}
+
+// TestMapKeyFile checks the key reaches rbd only through a 0600 file that
+// is gone once the call returns.
+func TestMapKeyFile(t *testing.T) {
+	keys, err := PrepareKeyDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapped := false
+	var keyFile string
+	run := &fakeRunner{answer: func(argv []string) ([]byte, error) {
+		switch {
+		case slices.Contains(argv, "list"):
+			if mapped {
+				return []byte(`[{"id":"0","pool":"rbd","namespace":"","name":"csi-vol-1","snap":"-","device":"/dev/rbd0"}]`), nil
+			}
+			return []byte("[]"), nil
+		case slices.Contains(argv, "map"):
+			for _, a := range argv {
+				if f, ok := strings.CutPrefix(a, "--keyfile="); ok {
+					keyFile = f
+				}
+			}
+			st, err := os.Stat(keyFile)
+			if err != nil || st.Mode().Perm() != 0o600 {
+				t.Errorf("key file %s during map: %v %v", keyFile, st, err)
+			}
+			if b, _ := os.ReadFile(keyFile); string(b) != testKey {
+				t.Errorf("key file holds %q", b)
+			}
+			mapped = true
+			return []byte("/dev/rbd0\n"), nil
+		}
+		return nil, nil
+	}}
+	m := newCLI(KRBD, CLIOptions{Runner: run, Keys: keys}, nil)
+	dev, err := m.Map(context.Background(), mapReq())
+	if err != nil || dev != "/dev/rbd0" {
+		t.Fatalf("Map: %q %v", dev, err)
+	}
+	if _, err := os.Stat(keyFile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("key file %s still there after map: %v", keyFile, err)
+	}
+	for _, call := range run.calls {
+		if strings.Contains(strings.Join(call, " "), testKey) {
+			t.Errorf("argv holds the key: %q", call)
+		}
+	}
+	// Mapped already: a retry maps nothing new.
+	run.calls = nil
+	if dev, err := m.Map(context.Background(), mapReq()); err != nil || dev != "/dev/rbd0" || len(run.calls) != 1 {
+		t.Errorf("repeated Map: %q %v, calls %q", dev, err, run.calls)
+	}
+}
+
+func TestMapFailureRedactsAndClassifies(t *testing.T) {
+	keys, _ := PrepareKeyDir(t.TempDir())
+	run := &fakeRunner{answer: func(argv []string) ([]byte, error) {
+		if slices.Contains(argv, "list") {
+			return nil, nil
+		}
+		return nil, &CmdError{Cmd: "rbd device", Stderr: "rbd: error opening image csi-vol-1: (2) No such file or directory; bad key " + testKey, Err: errors.New("exit status 2")}
+	}}
+	m := newCLI(NBD, CLIOptions{Runner: run, Keys: keys}, nil)
+	_, err := m.Map(context.Background(), mapReq())
+	if !errors.Is(err, ErrNotFound) {
+		t.Errorf("Map of a missing image: %v, want ErrNotFound", err)
+	}
+	if err != nil && strings.Contains(err.Error(), testKey) {
+		t.Errorf("error shows the key: %v", err)
+	}
+	if files, _ := os.ReadDir(string(keys)); len(files) != 0 {
+		t.Errorf("key files left after a failed map: %v", files)
+	}
+}
+
+func TestParseDeviceList(t *testing.T) {
+	for _, tc := range []struct {
+		name, out string
+		want      []Mapped
+		err       bool
+	}{
+		{"empty", "", nil, false},
+		{"none", "[]\n", nil, false},
+		{"krbd", `[{"id":"0","pool":"rbd","namespace":"","name":"a","snap":"-","device":"/dev/rbd0"},
+			{"id":"1","pool":"rbd","namespace":"","name":"a","snap":"s1","device":"/dev/rbd1"},
+			{"id":"2","pool":"p2","namespace":"ns","name":"b","snap":"-","device":"/dev/rbd2"}]`,
+			[]Mapped{{Image: Image{Pool: "rbd", Name: "a"}, Device: "/dev/rbd0"}}, false},
+		{"nbd", `[{"id":4242,"pool":"rbd","namespace":"","image":"b","snap":"","device":"/dev/nbd0"}]`,
+			[]Mapped{{Image: Image{Pool: "rbd", Name: "b"}, Device: "/dev/nbd0"}}, false},
+		{"garbage", "rbd: warning", nil, true},
+	} {
+		got, err := parseDeviceList([]byte(tc.out))
+		if (err != nil) != tc.err || !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v %v, want %v (error %v)", tc.name, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+// TestUnsupported: without the kernel module the mapper says so at once,
+// naming the mounter choices, and maps nothing.
+func TestUnsupported(t *testing.T) {
+	root := t.TempDir()
+	run := &fakeRunner{answer: func(argv []string) ([]byte, error) {
+		if argv[0] == "modprobe" {
+			return nil, errors.New("modprobe: FATAL: Module not found")
+		}
+		t.Errorf("unexpected command %q", argv)
+		return nil, nil
+	}}
+	for _, m := range []Mapper{NewKRBD(CLIOptions{Runner: run, SysRoot: root}), NewNBD(CLIOptions{Runner: run, SysRoot: root})} {
+		err := m.Supported(context.Background())
+		if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "krbd, nbd, fuse") {
+			t.Errorf("Supported: %v, want ErrUnsupported naming the choices", err)
+		}
+		// Still unsupported; modprobe is not tried again.
+		_ = m.Supported(context.Background())
+	}
+	if len(run.calls) != 2 {
+		t.Errorf("commands run: %q, want one modprobe per mapper", run.calls)
+	}
+	// With the module present the kernel check passes.
+	if err := os.MkdirAll(filepath.Join(root, "sys/bus/rbd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m := NewKRBD(CLIOptions{Runner: run, SysRoot: root}).(*rbdCLI)
+	if why := m.probe(root); why != "" {
+		t.Errorf("probe with /sys/bus/rbd: %q", why)
+	}
+	fuse := NewFuse(FuseOptions{SysRoot: root, Dir: t.TempDir()})
+	if err := fuse.Supported(context.Background()); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "/dev/fuse") {
+		t.Errorf("fuse without /dev/fuse: %v", err)
+	}
+}
+
+func TestPrepareKeyDirSweeps(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "key-123"), []byte(testKey), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "other"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := PrepareKeyDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := os.ReadDir(dir)
+	if len(files) != 1 || files[0].Name() != "other" {
+		t.Errorf("after the sweep: %v", files)
+	}
+	if st, _ := os.Stat(dir); st.Mode().Perm() != 0o700 {
+		t.Errorf("key dir mode %v", st.Mode())
+	}
+}
+
+// TestUnmapByImage: a recorded device that now belongs to another image
+// (a reboot renumbered them) is left alone.
+func TestUnmapByImage(t *testing.T) {
+	run := &fakeRunner{answer: func(argv []string) ([]byte, error) {
+		if slices.Contains(argv, "list") {
+			return []byte(`[{"id":"0","pool":"rbd","namespace":"","name":"other","snap":"-","device":"/dev/rbd0"},
+				{"id":"1","pool":"rbd","namespace":"","name":"csi-vol-1","snap":"-","device":"/dev/rbd1"}]`), nil
+		}
+		return nil, nil
+	}}
+	m := newCLI(KRBD, CLIOptions{Runner: run}, nil)
+	img := mapReq().Image
+	if err := m.Unmap(context.Background(), UnmapRequest{Image: img, Device: "/dev/rbd0"}); err != nil {
+		t.Fatal(err)
+	}
+	last := run.calls[len(run.calls)-1]
+	if !slices.Equal(last, []string{"rbd", "device", "unmap", "/dev/rbd1"}) {
+		t.Errorf("unmapped %q, want /dev/rbd1 (the image's device)", last)
+	}
+	run.calls = nil
+	img.Name = "gone"
+	if err := m.Unmap(context.Background(), UnmapRequest{Image: img, Device: "/dev/rbd1"}); err != nil || len(run.calls) != 1 {
+		t.Errorf("unmap of an image not mapped: %v, calls %q", err, run.calls)
+	}
+}

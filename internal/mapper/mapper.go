@@ -1,0 +1,113 @@
+// Package mapper maps an RBD image to a local block device and back. One
+// small interface, three implementations picked per volume by the
+// StorageClass parameter "mounter":
+//
+//   - krbd: the kernel RBD client (`rbd device map`), the default and the
+//     fastest; needs the rbd kernel module.
+//   - nbd:  librbd in user space behind /dev/nbdX (`rbd device map -t nbd`);
+//     needs the nbd kernel module.
+//   - fuse: rbd-fuse exposes the image as a file, a loop device turns the file
+//     into a block device; for kernels with neither module.
+//
+// Keys never reach a command line: they are written to 0600 files in a
+// private directory and removed as soon as the tool has connected.
+package mapper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/rbdcsi/rbdcsi/internal/config"
+)
+
+// Names of the mappers, as the "mounter" parameter spells them.
+const (
+	KRBD = "krbd"
+	NBD  = "nbd"
+	Fuse = "fuse"
+)
+
+// Errors callers branch on; the wrapped message says what happened.
+var (
+	// ErrUnsupported: the mapper cannot work on this node (kernel module
+	// or tool missing). Retrying will not help; another mounter might.
+	ErrUnsupported = errors.New("mapper not supported on this node")
+	// ErrNotFound: the image (or its pool) does not exist.
+	ErrNotFound = errors.New("image not found")
+	// ErrBusy: the device is still in use (mounted or open).
+	ErrBusy = errors.New("device busy")
+)
+
+// Image names one RBD image. ClusterID only keeps the private paths of two
+// clusters with equal pool and image names apart.
+type Image struct {
+	ClusterID string `json:"clusterID"`
+	Pool      string `json:"pool"`
+	Name      string `json:"name"`
+}
+
+func (i Image) String() string { return i.Pool + "/" + i.Name }
+
+// MapRequest is everything a mapping needs, secrets included. It lives for
+// one call only and is never stored or logged.
+type MapRequest struct {
+	Image   Image
+	MonHost string
+	Cred    config.Credentials
+	// Options are the mapOptions parameter: comma-separated key[=value]
+	// for `rbd device map -o` (ignored by fuse, which has none).
+	Options  string
+	ReadOnly bool
+}
+
+// UnmapRequest names what to unmap. Device may be empty (a crash before it
+// was recorded): the mapper then finds the image's device itself.
+type UnmapRequest struct {
+	Image   Image
+	Device  string
+	Options string // unmapOptions
+}
+
+// Mapped is one mapping found on the node.
+type Mapped struct {
+	Image  Image
+	Device string
+}
+
+// Mapper maps images to block devices. Every method is idempotent and
+// bounded by its context.
+type Mapper interface {
+	// Supported returns nil when the mapper can work on this node, else an
+	// error wrapping ErrUnsupported that says what is missing. It is cheap
+	// enough to call before every map.
+	Supported(ctx context.Context) error
+	// Map returns the block device of the image, mapping it if needed.
+	Map(ctx context.Context, req MapRequest) (device string, err error)
+	// Unmap removes the image's mapping; nothing mapped is a success.
+	Unmap(ctx context.Context, req UnmapRequest) error
+	// List returns the mappings this mapper has on the node.
+	List(ctx context.Context) ([]Mapped, error)
+	// Refresh makes the device show the image's current size, waiting (up
+	// to ctx) until it reaches minBytes when that is > 0, and returns it.
+	Refresh(ctx context.Context, device string, minBytes int64) (int64, error)
+}
+
+// Find returns the mapping of img in list, if any.
+func Find(list []Mapped, img Image) (Mapped, bool) {
+	for _, m := range list {
+		if m.Image.Pool == img.Pool && m.Image.Name == img.Name &&
+			(m.Image.ClusterID == "" || img.ClusterID == "" || m.Image.ClusterID == img.ClusterID) {
+			return m, true
+		}
+	}
+	return Mapped{}, false
+}
+
+// unsupported builds the error for a mapper that cannot work here, naming
+// the alternatives so the message is actionable from `kubectl describe`.
+func unsupported(name, why string) error {
+	return fmt.Errorf("%w: mounter %q cannot work on this node: %s; choose another mounter with the StorageClass parameter %q (one of %s)",
+		ErrUnsupported, name, why, config.ParamMounter, strings.Join(config.Mounters, ", "))
+}

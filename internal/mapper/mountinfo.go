@@ -1,0 +1,97 @@
+package mapper
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// isFuseMount reports whether dir is the mount point of an rbd-fuse file
+// system, from /proc/self/mountinfo (a stat of a dead FUSE mount would
+// fail or hang; the mount table never does).
+func isFuseMount(sysRoot, dir string) bool {
+	b, err := os.ReadFile(filepath.Join(sysRoot, "proc/self/mountinfo"))
+	if err != nil {
+		return false
+	}
+	return fuseMountIn(string(b), dir)
+}
+
+// fuseMountIn parses mountinfo lines:
+// "36 35 98:0 / /mnt/x rw,noatime shared:1 - fuse.rbd-fuse rbd-fuse rw,...".
+func fuseMountIn(mountinfo, dir string) bool {
+	for _, line := range strings.Split(mountinfo, "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(pre)
+		g := strings.Fields(post)
+		if len(f) < 5 || len(g) < 1 {
+			continue
+		}
+		if unescapeMount(f[4]) == dir && (g[0] == "fuse.rbd-fuse" || g[0] == "fuse") {
+			return true
+		}
+	}
+	return false
+}
+
+// unescapeMount undoes the octal escapes mountinfo uses for space, tab,
+// newline and backslash.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
+	return r.Replace(s)
+}
+
+// statWithin stats path, giving up after limit (or ctx): a FUSE file whose
+// daemon hangs would otherwise block the call.
+func statWithin(ctx context.Context, path string, limit time.Duration) (fs.FileInfo, error) {
+	type result struct {
+		st  fs.FileInfo
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		st, err := os.Stat(path)
+		ch <- result{st, err}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	select {
+	case r := <-ch:
+		return r.st, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("stat %s: no answer: %w", path, ctx.Err())
+	}
+}
+
+// readDirWithin lists dir's names, giving up when ctx ends.
+func readDirWithin(ctx context.Context, dir string) ([]string, error) {
+	type result struct {
+		names []string
+		err   error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		entries, err := os.ReadDir(dir)
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		ch <- result{names, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.names, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("listing %s: no answer: %w", dir, ctx.Err())
+	}
+}

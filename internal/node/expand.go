@@ -1,0 +1,77 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+)
+
+// refreshTimeout bounds the wait for the device to show the new size.
+const refreshTimeout = 60 * time.Second
+
+// NodeExpandVolume makes the device show the image's new size and grows
+// the filesystem on it, online. A raw block volume only needs the first.
+func (n *Node) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
+	if c := req.GetVolumeCapability(); c != nil {
+		if _, err := parseCapability(c); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+	required, limit := req.GetCapacityRange().GetRequiredBytes(), req.GetCapacityRange().GetLimitBytes()
+	if required < 0 || limit < 0 || (limit > 0 && required > limit) {
+		return nil, status.Errorf(codes.InvalidArgument, "capacity range (required %d, limit %d) is not valid", required, limit)
+	}
+	rec, err := n.recordAt(req.GetVolumeId(), req.GetVolumePath())
+	if err != nil {
+		return nil, err
+	}
+	release, err := n.lock(rec.VolumeID)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+
+	m, err := n.mapperFor(rec.Mounter)
+	if err != nil {
+		return nil, err
+	}
+	// The new size reaches the device within seconds; a size that never
+	// comes (the controller has not grown the image) must not hang the call.
+	rctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+	defer cancel()
+	size, err := m.Refresh(rctx, rec.Device, required)
+	if err != nil {
+		return nil, statusFor(fmt.Errorf("volume %s: refreshing the size of %s: %w", rec.VolumeID, rec.Device, err))
+	}
+	if rec.Cap.Block {
+		return &csi.NodeExpandVolumeResponse{CapacityBytes: size}, nil
+	}
+	ours, err := n.mountedFrom(rec.StagingPath, rec.Device, false)
+	if err != nil {
+		return nil, statusFor(err)
+	}
+	if !ours {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not mounted at its staging path %s; stage it again before expanding", rec.VolumeID, rec.StagingPath)
+	}
+	name, args, err := growArgs(rec.Cap.FsType, rec.Device, rec.StagingPath)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	// Both tools are idempotent: a filesystem that fills its device
+	// already is left as it is.
+	if _, err := n.run.Run(ctx, name, args...); err != nil {
+		if strings.Contains(err.Error(), "Permission denied to resize filesystem") {
+			// The kernel's online ext4 resize wants CAP_SYS_RESOURCE.
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s: online ext4 resize needs CAP_SYS_RESOURCE, which the plugin lacks (run it privileged); the filesystem will be grown when the volume is next staged: %v", rec.VolumeID, err)
+		}
+		return nil, statusFor(fmt.Errorf("volume %s: growing the filesystem: %w", rec.VolumeID, err))
+	}
+	klog.V(2).InfoS("expanded volume on the node", "volumeID", rec.VolumeID, "device", rec.Device, "size", size)
+	return &csi.NodeExpandVolumeResponse{CapacityBytes: size}, nil
+}

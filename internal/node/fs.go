@@ -1,0 +1,214 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rbdcsi/rbdcsi/internal/mapper"
+)
+
+// diskFormat says what is on a device: a filesystem type, partitionTable
+// for a partitioned disk, or "" for nothing blkid recognises.
+func (n *Node) diskFormat(ctx context.Context, device string) (string, error) {
+	// -p probes the device itself (no cache); TYPE and PTTYPE cover
+	// filesystems, other signatures (LVM, RAID, swap) and partition tables.
+	out, err := n.run.Run(ctx, "blkid", blkidArgs(device)...)
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == 2 {
+			return "", nil // nothing found
+		}
+		return "", fmt.Errorf("probing %s for a filesystem: %w", device, err)
+	}
+	return parseBlkid(string(out))
+}
+
+func blkidArgs(device string) []string {
+	return []string{"-p", "-s", "TYPE", "-s", "PTTYPE", "-o", "export", device}
+}
+
+const partitionTable = "partition table"
+
+// parseBlkid reads `blkid -o export` lines (KEY=value). Anything blkid
+// finds counts: the device is then never formatted.
+func parseBlkid(out string) (string, error) {
+	var fsType, ptType string
+	for _, line := range strings.Split(out, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "TYPE":
+			fsType = v
+		case "PTTYPE":
+			ptType = v
+		}
+	}
+	switch {
+	case ptType != "":
+		return partitionTable + " (" + ptType + ")", nil
+	case fsType == "":
+		// blkid succeeded yet named nothing: do not take that for empty.
+		return "", fmt.Errorf("blkid found a signature but no type (%.100q)", out)
+	}
+	return fsType, nil
+}
+
+// mkfsArgs builds the mkfs argv: fast defaults unless the mkfsOptions
+// parameter says otherwise. No force flags: an existing filesystem has
+// already been ruled out by diskFormat, and mkfs.xfs checks once more.
+func mkfsArgs(fsType string, options []string, device string) (string, []string) {
+	args := options
+	if len(args) == 0 {
+		switch fsType {
+		case "ext4":
+			// No discard of a thin image (it is empty already), lazy
+			// inode table and journal init, no blocks reserved for root.
+			args = []string{"-m0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1"}
+		case "xfs":
+			args = []string{"-K"} // no discard
+		}
+	}
+	return "mkfs." + fsType, append(append([]string{}, args...), device)
+}
+
+// growArgs builds the online-grow command: resize2fs takes the device,
+// xfs_growfs the mount point.
+func growArgs(fsType, device, mountPoint string) (string, []string, error) {
+	switch fsType {
+	case "ext4":
+		return "resize2fs", []string{device}, nil
+	case "xfs":
+		return "xfs_growfs", []string{mountPoint}, nil
+	}
+	return "", nil, fmt.Errorf("cannot grow filesystem %q", fsType)
+}
+
+// growExt4Offline grows an unmounted ext4 filesystem to its device when
+// the device is clearly larger (an expansion while the volume was not
+// staged). resize2fs insists on a fresh check first; e2fsck -p only fixes
+// what is safe to fix unattended and fails otherwise.
+func (n *Node) growExt4Offline(ctx context.Context, device string) error {
+	out, err := n.run.Run(ctx, "dumpe2fs", "-h", device)
+	if err != nil {
+		return fmt.Errorf("reading the ext4 superblock: %w", err)
+	}
+	fsBytes, err := parseExt4Size(string(out))
+	if err != nil {
+		return err
+	}
+	devBytes, err := mapper.DeviceSize(device)
+	if err != nil {
+		return err
+	}
+	if devBytes <= fsBytes+max(4<<20, fsBytes/100) {
+		return nil // fills the device (up to ext4's rounding)
+	}
+	if _, err := n.run.Run(ctx, "e2fsck", "-f", "-p", device); err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 { // 1: errors fixed
+			return fmt.Errorf("checking the filesystem before growing it: %w", err)
+		}
+	}
+	if _, err := n.run.Run(ctx, "resize2fs", device); err != nil {
+		return fmt.Errorf("growing the filesystem: %w", err)
+	}
+	return nil
+}
+
+// parseExt4Size reads "Block count:" and "Block size:" of dumpe2fs -h.
+func parseExt4Size(out string) (int64, error) {
+	var count, size int64
+	for _, line := range strings.Split(out, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "Block count":
+			count = n
+		case "Block size":
+			size = n
+		}
+	}
+	if count <= 0 || size <= 0 {
+		return 0, fmt.Errorf("dumpe2fs printed no block count and size")
+	}
+	return count * size, nil
+}
+
+// devNumber is the device number a block device file stands for.
+func devNumber(device string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(device, &st); err != nil {
+		return 0, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		return 0, fmt.Errorf("%s is not a block device", device)
+	}
+	return st.Rdev, nil
+}
+
+// mountedFrom reports whether path is mounted from device: a filesystem on
+// it (st_dev of the mount) or, for raw block, the device node itself bind-
+// mounted there (st_rdev). A path mounted from anything else is not ours.
+func (n *Node) mountedFrom(path, device string, block bool) (bool, error) {
+	mounted, err := n.mounter.IsMountPoint(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil || !mounted {
+		return false, err
+	}
+	if device == "" {
+		return false, nil
+	}
+	want, err := devNumber(device)
+	if err != nil {
+		return false, nil // the device is gone: whatever is mounted is not it
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return false, err
+	}
+	if block {
+		return st.Mode&unix.S_IFMT == unix.S_IFBLK && st.Rdev == want, nil
+	}
+	return st.Dev == want, nil
+}
+
+// isMountPoint is IsMountPoint with "does not exist" as false.
+func (n *Node) isMountPoint(path string) (bool, error) {
+	mounted, err := n.mounter.IsMountPoint(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	return mounted, err
+}
+
+// unmountAll unmounts path until it is no mount point (a path may hold
+// several stacked mounts after retries by an earlier, crashed plugin).
+func (n *Node) unmountAll(path string) error {
+	for i := 0; i < 8; i++ {
+		mounted, err := n.isMountPoint(path)
+		if err != nil || !mounted {
+			return err
+		}
+		if err := n.mounter.Unmount(path); err != nil {
+			return fmt.Errorf("unmounting %s: %w", path, err)
+		}
+	}
+	return fmt.Errorf("%s is still a mount point after 8 unmounts", path)
+}

@@ -1,0 +1,192 @@
+// Package node implements the CSI Node service: map an RBD image to a block
+// device, format (only ever an empty device) and mount it at the staging
+// path, bind-mount it into pods, and undo all of it, from a small state
+// record per volume so the plugin can restart between any two calls.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+	mount "k8s.io/mount-utils"
+
+	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/lock"
+	"github.com/rbdcsi/rbdcsi/internal/mapper"
+)
+
+// Clusters resolves a clusterID to its monitors.
+type Clusters interface {
+	Lookup(clusterID string) (config.Cluster, error)
+}
+
+// Runner runs one external command (mkfs, blkid, resize2fs, xfs_growfs);
+// mapper.ExecRunner is the real one.
+type Runner = mapper.Runner
+
+// Options configure a Node.
+type Options struct {
+	NodeID string
+	// Mappers by mounter name (krbd, nbd, fuse); DefaultMounter picks one
+	// when the volume context names none.
+	Mappers        map[string]mapper.Mapper
+	DefaultMounter string
+	// Mounter mounts and unmounts; formatting is done here rather than by
+	// mount.SafeFormatAndMount so that mkfs is bounded by a timeout, never
+	// runs fsck on its own and never formats a device with a partition
+	// table.
+	Mounter mount.Interface
+	// Runner runs blkid, mkfs and the grow tools; nil means exec with
+	// CommandTimeout.
+	Runner Runner
+	// CommandTimeout bounds one filesystem command (mkfs of a large
+	// volume is the slowest); 0 means 10 minutes.
+	CommandTimeout time.Duration
+	// StateDir holds the per-volume records (DESIGN.md 7). It must
+	// survive plugin restarts (a hostPath on the node).
+	StateDir          string
+	MaxVolumesPerNode int64
+	Clusters          Clusters
+}
+
+// Node is the CSI Node service.
+type Node struct {
+	csi.UnimplementedNodeServer
+
+	id             string
+	mappers        map[string]mapper.Mapper
+	defaultMounter string
+	mounter        mount.Interface
+	run            Runner
+	maxVolumes     int64
+	clusters       Clusters
+	store          *store
+	locks          *lock.Keyed
+}
+
+// New returns a Node; it fails if the state directory cannot be used.
+func New(o Options) (*Node, error) {
+	if o.NodeID == "" {
+		return nil, errors.New("node ID is empty")
+	}
+	if _, ok := o.Mappers[o.DefaultMounter]; !ok {
+		return nil, fmt.Errorf("default mounter %q is not one of %s", o.DefaultMounter, strings.Join(mapperNames(o.Mappers), ", "))
+	}
+	if !filepath.IsAbs(o.StateDir) {
+		return nil, fmt.Errorf("state directory %q is not absolute", o.StateDir)
+	}
+	st, err := newStore(filepath.Join(o.StateDir, "volumes"))
+	if err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	st.sweepTemp()
+	run := o.Runner
+	if run == nil {
+		timeout := o.CommandTimeout
+		if timeout <= 0 {
+			timeout = 10 * time.Minute
+		}
+		run = mapper.ExecRunner{Timeout: timeout}
+	}
+	mounter := o.Mounter
+	if mounter == nil {
+		mounter = mount.NewWithoutSystemd("")
+	}
+	return &Node{
+		id: o.NodeID, mappers: o.Mappers, defaultMounter: o.DefaultMounter, mounter: mounter,
+		run: run, maxVolumes: o.MaxVolumesPerNode, clusters: o.Clusters, store: st, locks: lock.New(),
+	}, nil
+}
+
+func mapperNames(m map[string]mapper.Mapper) []string {
+	var names []string
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// NodeGetInfo names the node. There is no topology: every node reaches
+// every cluster in the map.
+func (n *Node) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{NodeId: n.id, MaxVolumesPerNode: n.maxVolumes}, nil
+}
+
+// NodeGetCapabilities advertises what is implemented. Volume condition is
+// served by NodeGetVolumeHealth: CSI 1.13 removed VOLUME_CONDITION.
+func (n *Node) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	resp := &csi.NodeGetCapabilitiesResponse{}
+	for _, t := range []csi.NodeServiceCapability_RPC_Type{
+		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+		csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
+		csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
+	} {
+		resp.Capabilities = append(resp.Capabilities, &csi.NodeServiceCapability{
+			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}},
+		})
+	}
+	return resp, nil
+}
+
+// lock takes the volume's try-lock or says Aborted at once (DESIGN.md 2).
+func (n *Node) lock(volumeID string) (func(), error) {
+	release, ok := n.locks.TryLock("vol/" + volumeID)
+	if !ok {
+		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress; retry later", volumeID)
+	}
+	return release, nil
+}
+
+// mapperFor returns the mapper a record or request names.
+func (n *Node) mapperFor(name string) (mapper.Mapper, error) {
+	m, ok := n.mappers[name]
+	if !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "mounter %q is not available on this node (available: %s)", name, strings.Join(mapperNames(n.mappers), ", "))
+	}
+	return m, nil
+}
+
+// statusFor turns an error into the gRPC status a caller can act on.
+// Errors that already are a status pass through.
+func statusFor(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	code := codes.Internal
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, mapper.ErrUnsupported):
+		code = codes.FailedPrecondition
+	case errors.Is(err, mapper.ErrNotFound):
+		code = codes.NotFound
+	case errors.Is(err, mapper.ErrBusy):
+		code = codes.FailedPrecondition
+	}
+	return status.Error(code, err.Error())
+}
+
+// logUndo reports a cleanup step that failed after an earlier failure;
+// the caller returns the first error, this one must not be lost.
+func logUndo(what string, err error) {
+	if err != nil {
+		klog.ErrorS(err, "cleaning up after a failed call", "step", what)
+	}
+}

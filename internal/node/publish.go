@@ -1,0 +1,275 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"os"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/rbdcsi/rbdcsi/internal/volid"
+)
+
+// NodePublishVolume bind-mounts the staged volume into a pod: the staging
+// mount onto a target directory, or the device onto a target file.
+func (n *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	id, targetPath, staging := req.GetVolumeId(), req.GetTargetPath(), req.GetStagingTargetPath()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
+	}
+	if err := checkPath("target path", targetPath); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	capSpec, err := parseCapability(req.GetVolumeCapability())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if staging == "" {
+		return nil, status.Error(codes.FailedPrecondition, "staging target path is missing: the volume must be staged (NodeStageVolume) first")
+	}
+	if err := checkPath("staging target path", staging); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if targetPath == staging {
+		return nil, status.Error(codes.InvalidArgument, "target path and staging target path are the same")
+	}
+	if _, err := volid.DecodeVolume(id); err != nil {
+		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist (not a volume ID of this driver)", id)
+	}
+	release, err := n.lock(id)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+
+	rec, err := n.store.load(id)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	switch {
+	case rec == nil || !rec.Staged:
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged on this node; call NodeStageVolume first", id)
+	case rec.StagingPath != staging:
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is staged at %s, not %s", id, rec.StagingPath, staging)
+	case capSpec.Block != rec.Cap.Block || capSpec.FsType != rec.Cap.FsType:
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is staged as %s; it cannot be published as %s", id, describe(rec.Cap), describe(capSpec))
+	}
+	m, err := n.mapperFor(rec.Mounter)
+	if err != nil {
+		return nil, err
+	}
+	// A record outlives a reboot; the mount and the mapping do not. Bind-
+	// mounting an empty staging directory would hand the pod a directory
+	// on the node's root disk.
+	if intact, err := n.stageIntact(ctx, rec, m); err != nil || !intact {
+		if err == nil {
+			err = status.Errorf(codes.FailedPrecondition, "volume %s lost its staging mount or mapping (node restarted?); stage it again", id)
+		}
+		return nil, statusFor(err)
+	}
+	t := target{Cap: capSpec, ReadOnly: req.GetReadonly() || capSpec.readerOnly()}
+	if old, ok := rec.Targets[targetPath]; ok {
+		if !old.Cap.equal(t.Cap) || old.ReadOnly != t.ReadOnly {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %s is already published at %s with another capability or read-only flag", id, targetPath)
+		}
+		ours, err := n.mountedFrom(targetPath, rec.Device, t.Cap.Block)
+		if err != nil {
+			return nil, statusFor(err)
+		}
+		if ours {
+			return &csi.NodePublishVolumeResponse{}, nil
+		}
+		// Recorded but not mounted: an earlier attempt stopped half-way.
+	} else if capSpec.AccessMode == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER.String() {
+		if live, err := n.liveTargets(rec); err != nil || len(live) > 0 {
+			if err == nil {
+				err = status.Errorf(codes.FailedPrecondition, "volume %s has access mode SINGLE_NODE_SINGLE_WRITER and is already published at %s", id, live[0])
+			}
+			return nil, statusFor(err)
+		}
+	}
+
+	if mounted, err := n.isMountPoint(targetPath); err != nil || mounted {
+		if err == nil {
+			err = status.Errorf(codes.FailedPrecondition, "target path %s is already a mount point of something else", targetPath)
+		}
+		return nil, statusFor(err)
+	}
+	created, err := prepareTarget(targetPath, capSpec.Block)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Targets == nil {
+		rec.Targets = map[string]target{}
+	}
+	rec.Targets[targetPath] = t
+	if err := n.store.save(rec); err != nil {
+		removeCreated(targetPath, created)
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if err := n.bindMount(rec, targetPath, t); err != nil {
+		logUndo("unmount "+targetPath, n.unmountAll(targetPath))
+		removeCreated(targetPath, created)
+		delete(rec.Targets, targetPath)
+		logUndo("save state of "+id, n.store.save(rec))
+		return nil, statusFor(err)
+	}
+	klog.V(2).InfoS("published volume", "volumeID", id, "target", targetPath, "readOnly", t.ReadOnly)
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+func describe(c capSpec) string {
+	if c.Block {
+		return "a raw block device"
+	}
+	return "an " + c.FsType + " filesystem"
+}
+
+// bindMount mounts the staging mount (filesystem) or the device (raw
+// block) at the target. mount(8) makes a read-only or flagged bind mount
+// in two steps (bind, then remount); a failure in the second leaves the
+// first, which the caller undoes.
+func (n *Node) bindMount(rec *record, path string, t target) error {
+	source := rec.StagingPath
+	opts := []string{"bind"}
+	if t.Cap.Block {
+		source = rec.Device
+	} else {
+		opts = append(opts, t.Cap.MountFlags...)
+	}
+	if t.ReadOnly {
+		opts = append(opts, "ro") // last, so that no "rw" flag overrides it
+	}
+	return n.mounter.Mount(source, path, "", opts)
+}
+
+// prepareTarget makes sure the target exists with the right type: a
+// directory for a filesystem, a file for raw block. It reports whether it
+// created it (so that a failed publish removes only what it made).
+func prepareTarget(path string, block bool) (bool, error) {
+	st, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return false, status.Errorf(codes.Internal, "%s: %v", path, err)
+	case block && !st.Mode().IsRegular():
+		return false, status.Errorf(codes.InvalidArgument, "target path %s exists and is not a file (a raw block volume is published as a file)", path)
+	case !block && !st.IsDir():
+		return false, status.Errorf(codes.InvalidArgument, "target path %s exists and is not a directory", path)
+	default:
+		return false, nil
+	}
+	if block {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
+		if err != nil {
+			return false, status.Errorf(codes.Internal, "creating %s: %v", path, err)
+		}
+		f.Close()
+		return true, nil
+	}
+	if err := os.Mkdir(path, 0o750); err != nil {
+		return false, status.Errorf(codes.Internal, "creating %s: %v", path, err)
+	}
+	return true, nil
+}
+
+func removeCreated(path string, created bool) {
+	if created {
+		logUndo("remove "+path, os.Remove(path))
+	}
+}
+
+// NodeUnpublishVolume unmounts the target (when the volume is what is
+// mounted there) and removes it. Nothing published is a success.
+func (n *Node) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	id, targetPath := req.GetVolumeId(), req.GetTargetPath()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
+	}
+	if err := checkPath("target path", targetPath); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	vol, err := volid.DecodeVolume(id)
+	if err != nil {
+		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist (not a volume ID of this driver)", id)
+	}
+	release, err := n.lock(id)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+
+	rec, err := n.store.load(id)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	ours, err := n.targetIsOurs(ctx, rec, vol, targetPath)
+	if err != nil {
+		return nil, statusFor(err)
+	}
+	if ours {
+		if err := n.unmountAll(targetPath); err != nil {
+			return nil, statusFor(err)
+		}
+	} else if mounted, err := n.isMountPoint(targetPath); err != nil || mounted {
+		if err == nil {
+			// Something else is mounted there: not ours to take down.
+			err = status.Errorf(codes.FailedPrecondition, "target path %s holds a mount that is not volume %s", targetPath, id)
+		}
+		return nil, statusFor(err)
+	}
+	// The CO wants the path gone; only an empty directory or an empty file
+	// (what publish creates) is removed.
+	if err := removeTarget(targetPath); err != nil {
+		return nil, err
+	}
+	if rec != nil {
+		if _, ok := rec.Targets[targetPath]; ok {
+			delete(rec.Targets, targetPath)
+			if err := n.store.save(rec); err != nil {
+				return nil, status.Error(codes.Internal, err.Error())
+			}
+		}
+	}
+	klog.V(2).InfoS("unpublished volume", "volumeID", id, "target", targetPath)
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// targetIsOurs reports whether the volume is what is mounted at path: its
+// recorded device, or (the record lost) any device mapped for its image.
+func (n *Node) targetIsOurs(ctx context.Context, rec *record, vol volid.Volume, path string) (bool, error) {
+	if rec != nil {
+		return n.mountedFrom(path, rec.Device, rec.Cap.Block)
+	}
+	if mounted, err := n.isMountPoint(path); err != nil || !mounted {
+		return false, err
+	}
+	for _, dev := range n.imageDevices(ctx, vol) {
+		for _, block := range []bool{false, true} {
+			if ours, err := n.mountedFrom(path, dev, block); err != nil || ours {
+				return ours, err
+			}
+		}
+	}
+	return false, nil
+}
+
+func removeTarget(path string) error {
+	st, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return status.Errorf(codes.Internal, "%s: %v", path, err)
+	}
+	if st.Mode().IsRegular() && st.Size() > 0 {
+		return status.Errorf(codes.FailedPrecondition, "target path %s is a file with data; not removing it", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return status.Errorf(codes.Internal, "removing target path %s: %v", path, err)
+	}
+	return nil
+}

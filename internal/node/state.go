@@ -1,0 +1,157 @@
+package node
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/rbdcsi/rbdcsi/internal/mapper"
+)
+
+// recordVersion changes when the record's meaning does; load refuses a
+// version it does not know rather than guess.
+const recordVersion = 1
+
+// record is what the node keeps per staged volume (DESIGN.md 7): enough to
+// unpublish, unstage, expand and report on the volume without secrets and
+// across plugin restarts. It never holds a key.
+type record struct {
+	Version  int          `json:"version"`
+	VolumeID string       `json:"volumeID"`
+	Image    mapper.Image `json:"image"`
+	Mounter  string       `json:"mounter"`
+	// UnmapOptions are the unmapOptions parameter, needed at unstage,
+	// which gets no volume context.
+	UnmapOptions string `json:"unmapOptions,omitempty"`
+	// Device is set once mapped; empty means a stage stopped before.
+	Device      string  `json:"device,omitempty"`
+	StagingPath string  `json:"stagingPath"`
+	Cap         capSpec `json:"capability"`
+	// Staged is false from the first step of NodeStageVolume until its
+	// last: a record with Staged false is an unfinished stage to resume or
+	// undo, never a staged volume.
+	Staged bool `json:"staged"`
+	// Targets are the publish targets, each written before its mount.
+	Targets map[string]target `json:"targets,omitempty"`
+}
+
+// capSpec is a volume capability reduced to what the node acts on.
+type capSpec struct {
+	Block      bool     `json:"block,omitempty"`
+	FsType     string   `json:"fsType,omitempty"`
+	MountFlags []string `json:"mountFlags,omitempty"`
+	AccessMode string   `json:"accessMode"`
+}
+
+func (c capSpec) equal(o capSpec) bool {
+	return c.Block == o.Block && c.FsType == o.FsType && c.AccessMode == o.AccessMode &&
+		slices.Equal(c.MountFlags, o.MountFlags)
+}
+
+// target is one publish: its capability and read-only flag.
+type target struct {
+	Cap      capSpec `json:"capability"`
+	ReadOnly bool    `json:"readOnly,omitempty"`
+}
+
+// store keeps one JSON file per volume under dir, written atomically so a
+// crash leaves the old or the new record, never half of one.
+type store struct {
+	dir string
+}
+
+func newStore(dir string) (*store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	return &store{dir: dir}, nil
+}
+
+// path names a volume's file by a hash of its ID: IDs hold ':' and are
+// up to 128 bytes; the hash is short, fixed and filesystem-safe.
+func (s *store) path(volumeID string) string {
+	sum := sha256.Sum256([]byte(volumeID))
+	return filepath.Join(s.dir, hex.EncodeToString(sum[:16])+".json")
+}
+
+// load returns the volume's record, or nil if there is none.
+func (s *store) load(volumeID string) (*record, error) {
+	b, err := os.ReadFile(s.path(volumeID))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the state of volume %s: %w", volumeID, err)
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("state of volume %s is corrupt (%s): %w", volumeID, s.path(volumeID), err)
+	}
+	if r.Version != recordVersion {
+		return nil, fmt.Errorf("state of volume %s has version %d; this plugin knows %d", volumeID, r.Version, recordVersion)
+	}
+	if r.VolumeID != volumeID {
+		return nil, fmt.Errorf("state file %s belongs to volume %s, not %s", s.path(volumeID), r.VolumeID, volumeID)
+	}
+	return &r, nil
+}
+
+// save writes the record: temp file, fsync, rename, fsync of the directory.
+func (s *store) save(r *record) error {
+	r.Version = recordVersion
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	final := s.path(r.VolumeID)
+	f, err := os.CreateTemp(s.dir, ".tmp-*") // 0600
+	if err != nil {
+		return fmt.Errorf("saving the state of volume %s: %w", r.VolumeID, err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, final)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("saving the state of volume %s: %w", r.VolumeID, err)
+	}
+	return syncDir(s.dir)
+}
+
+// remove deletes the record; a missing one is fine.
+func (s *store) remove(volumeID string) error {
+	if err := os.Remove(s.path(volumeID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing the state of volume %s: %w", volumeID, err)
+	}
+	return syncDir(s.dir)
+}
+
+// sweepTemp removes temp files a crash during save left behind.
+func (s *store) sweepTemp() {
+	old, _ := filepath.Glob(filepath.Join(s.dir, ".tmp-*"))
+	for _, f := range old {
+		_ = os.Remove(f)
+	}
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

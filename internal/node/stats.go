@@ -1,0 +1,140 @@
+package node
+
+import (
+	"context"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/rbdcsi/rbdcsi/internal/mapper"
+	"github.com/rbdcsi/rbdcsi/internal/volid"
+)
+
+// recordAt returns the record of a volume that is staged or published at
+// path, or NotFound. It takes no lock: stats and health only read, and
+// records are replaced atomically.
+func (n *Node) recordAt(id, path string) (*record, error) {
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
+	}
+	if path == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume path is missing")
+	}
+	if _, err := volid.DecodeVolume(id); err != nil {
+		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist (not a volume ID of this driver)", id)
+	}
+	rec, err := n.store.load(id)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if rec == nil || !rec.Staged {
+		return nil, status.Errorf(codes.NotFound, "volume %s is not staged on this node", id)
+	}
+	if _, published := rec.Targets[path]; path != rec.StagingPath && !published {
+		return nil, status.Errorf(codes.NotFound, "volume %s is neither staged nor published at %.200q", id, path)
+	}
+	return rec, nil
+}
+
+// NodeGetVolumeStats reports bytes and inodes of a mounted filesystem, or
+// the size of a raw block volume.
+func (n *Node) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+	path := req.GetVolumePath()
+	rec, err := n.recordAt(req.GetVolumeId(), path)
+	if err != nil {
+		return nil, err
+	}
+	block := rec.Cap.Block
+	if block && path == rec.StagingPath {
+		// Nothing is mounted at a raw block volume's staging path.
+		size, err := mapper.DeviceSize(rec.Device)
+		if err != nil {
+			return nil, status.Errorf(codes.NotFound, "volume %s: device %s: %v", rec.VolumeID, rec.Device, err)
+		}
+		return blockUsage(size), nil
+	}
+	ours, err := n.mountedFrom(path, rec.Device, block)
+	if err != nil {
+		return nil, statusFor(err)
+	}
+	if !ours {
+		return nil, status.Errorf(codes.NotFound, "volume %s is not mounted at %s (any more)", rec.VolumeID, path)
+	}
+	if block {
+		size, err := mapper.DeviceSize(path)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "size of %s: %v", path, err)
+		}
+		return blockUsage(size), nil
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return nil, status.Errorf(codes.Internal, "statfs %s: %v", path, err)
+	}
+	bsize := int64(st.Bsize)
+	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
+		{
+			Unit:      csi.VolumeUsage_BYTES,
+			Total:     int64(st.Blocks) * bsize,
+			Available: int64(st.Bavail) * bsize,
+			Used:      int64(st.Blocks-st.Bfree) * bsize,
+		},
+		{
+			Unit:      csi.VolumeUsage_INODES,
+			Total:     int64(st.Files),
+			Available: int64(st.Ffree),
+			Used:      int64(st.Files - st.Ffree),
+		},
+	}}, nil
+}
+
+func blockUsage(size int64) *csi.NodeGetVolumeStatsResponse {
+	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: size}}}
+}
+
+// NodeGetVolumeHealth reports a staged volume INACCESSIBLE when its
+// mapping, its staging mount or (when asked about one) its publish mount
+// is gone. This is CSI 1.13's successor of the volume condition in stats.
+func (n *Node) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
+	}
+	if _, err := volid.DecodeVolume(id); err != nil {
+		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist (not a volume ID of this driver)", id)
+	}
+	rec, err := n.store.load(id)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if rec == nil || !rec.Staged {
+		return nil, status.Errorf(codes.NotFound, "volume %s is not staged on this node", id)
+	}
+	health := &csi.VolumeHealth{VolumeId: id}
+	bad := func(reason, msg string) {
+		health.HealthStatuses = append(health.HealthStatuses, &csi.VolumeHealth_VolumeHealthEntry{
+			Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: reason, Message: msg,
+		})
+	}
+	if m, err := n.mapperFor(rec.Mounter); err == nil {
+		list, err := m.List(ctx)
+		if mp, ok := mapper.Find(list, rec.Image); err == nil && (!ok || mp.Device != rec.Device) {
+			bad("MappingLost", "the image is no longer mapped to "+rec.Device)
+		}
+	}
+	if !rec.Cap.Block {
+		if ours, err := n.mountedFrom(rec.StagingPath, rec.Device, false); err == nil && !ours {
+			bad("StagingMountLost", "nothing of the volume is mounted at the staging path "+rec.StagingPath)
+		}
+	}
+	if p := req.GetVolumePublishPath(); p != "" {
+		if _, published := rec.Targets[p]; published {
+			if ours, err := n.mountedFrom(p, rec.Device, rec.Cap.Block); err == nil && !ours {
+				bad("PublishMountLost", "nothing of the volume is mounted at "+p)
+			}
+		}
+	}
+	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: health}, nil
+}

@@ -1,0 +1,167 @@
+package node
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/rbdcsi/rbdcsi/internal/volid"
+)
+
+func TestCheckPath(t *testing.T) {
+	for p, ok := range map[string]bool{
+		"/var/lib/kubelet/pods/x/volumes/y": true,
+		"":                                  false,
+		"relative/path":                     false,
+		"/a/../b":                           false,
+		"/a/./b":                            false,
+		"/a//b":                             false,
+		"/a/b/":                             false,
+		"/":                                 false,
+		"/a\x00b":                           false,
+		"/" + strings.Repeat("a", 5000):     false,
+	} {
+		if err := checkPath("path", p); (err == nil) != ok {
+			t.Errorf("checkPath(%.40q) = %v, want ok=%v", p, err, ok)
+		}
+	}
+}
+
+func TestCheckMountFlags(t *testing.T) {
+	for _, flags := range [][]string{nil, {"noatime"}, {"discard", "data=ordered", "commit=30"}, {"context=system_u:object_r:container_file_t:s0"}} {
+		if err := checkMountFlags(flags); err != nil {
+			t.Errorf("%q refused: %v", flags, err)
+		}
+	}
+	for _, flags := range [][]string{
+		{"noatime,remount"}, {"ro rw"}, {"-o"}, {"--bind"}, {"bind"}, {"rbind"}, {"remount"}, {"move"},
+		{"loop=/dev/loop0"}, {"offset=512"}, {"X-mount.mkdir"}, {"x-systemd.automount"}, {"helper=foo"},
+		{`context="a,b"`}, {"a\nb"}, {""}, {"Bind"}, make([]string, 40),
+	} {
+		if err := checkMountFlags(flags); err == nil {
+			t.Errorf("%q accepted", flags)
+		}
+	}
+}
+
+func TestParseCapability(t *testing.T) {
+	mode := func(m csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability_AccessMode {
+		return &csi.VolumeCapability_AccessMode{Mode: m}
+	}
+	mnt := func(fs string, flags ...string) *csi.VolumeCapability_Mount {
+		return &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fs, MountFlags: flags}}
+	}
+	block := &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
+
+	c, err := parseCapability(&csi.VolumeCapability{AccessMode: mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER), AccessType: mnt("", "noatime")})
+	if err != nil || c.FsType != "ext4" || !slices.Equal(c.MountFlags, []string{"noatime"}) || c.Block {
+		t.Errorf("default fs: %+v %v", c, err)
+	}
+	c, err = parseCapability(&csi.VolumeCapability{AccessMode: mode(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER), AccessType: block})
+	if err != nil || !c.Block {
+		t.Errorf("block: %+v %v", c, err)
+	}
+	c, err = parseCapability(&csi.VolumeCapability{AccessMode: mode(csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY), AccessType: mnt("xfs")})
+	if err != nil || !c.readerOnly() {
+		t.Errorf("reader-only xfs: %+v %v", c, err)
+	}
+	for name, bad := range map[string]*csi.VolumeCapability{
+		"nil":              nil,
+		"no access mode":   {AccessType: mnt("ext4")},
+		"unknown mode":     {AccessMode: mode(99), AccessType: mnt("ext4")},
+		"unknown fs":       {AccessMode: mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER), AccessType: mnt("btrfs")},
+		"no access type":   {AccessMode: mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)},
+		"multi-writer fs":  {AccessMode: mode(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER), AccessType: mnt("ext4")},
+		"smuggling flags":  {AccessMode: mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER), AccessType: mnt("ext4", "ro,bind")},
+		"volume mount grp": {AccessMode: mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER), AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{VolumeMountGroup: "1000"}}},
+	} {
+		if _, err := parseCapability(bad); err == nil {
+			t.Errorf("%s accepted", name)
+		}
+	}
+	a := capSpec{FsType: "ext4", MountFlags: []string{"noatime"}, AccessMode: "SINGLE_NODE_WRITER"}
+	b := a
+	b.MountFlags = []string{"noatime", "discard"}
+	if !a.equal(a) || a.equal(b) {
+		t.Errorf("capSpec.equal")
+	}
+}
+
+func TestVolumeParams(t *testing.T) {
+	vol := volid.Volume{ClusterID: "c1", Pool: "rbd", Image: "csi-vol-1"}
+	p, err := volumeParams(vol, nil)
+	if err != nil || p.ClusterID != "c1" || p.Pool != "rbd" || p.Mounter != "" {
+		t.Errorf("no context: %+v %v", p, err)
+	}
+	p, err = volumeParams(vol, map[string]string{
+		"clusterID": "c1", "mounter": "fuse", "mkfsOptions": "-m0 -E nodiscard", "unmapOptions": "force",
+		"storage.kubernetes.io/csiProvisionerIdentity": "123-csi", "csi.storage.k8s.io/pod.name": "p",
+	})
+	if err != nil || p.Mounter != "fuse" || !slices.Equal(p.MkfsOptions, []string{"-m0", "-E", "nodiscard"}) || p.UnmapOptions != "force" {
+		t.Errorf("full context: %+v %v", p, err)
+	}
+	for name, ctx := range map[string]map[string]string{
+		"other cluster":   {"clusterID": "c2"},
+		"other pool":      {"pool": "other"},
+		"unknown mounter": {"mounter": "magic"},
+		"bad mapOptions":  {"mapOptions": "a --id=admin"},
+		"bad mkfsOptions": {"mkfsOptions": "-L $(reboot)"},
+	} {
+		if _, err := volumeParams(vol, ctx); err == nil {
+			t.Errorf("%s accepted", name)
+		}
+	}
+}
+
+func TestParseBlkid(t *testing.T) {
+	for out, want := range map[string]string{
+		"DEVNAME=/dev/loop0\nTYPE=ext4\n":    "ext4",
+		"DEVNAME=/dev/loop0\nTYPE=xfs\n":     "xfs",
+		"DEVNAME=/dev/loop0\nPTTYPE=gpt\n":   "partition table (gpt)",
+		"TYPE=LVM2_member\n":                 "LVM2_member",
+		"PTTYPE=dos\nTYPE=vfat\nDEVNAME=x\n": "partition table (dos)",
+	} {
+		if got, err := parseBlkid(out); err != nil || got != want {
+			t.Errorf("parseBlkid(%q) = %q %v, want %q", out, got, err, want)
+		}
+	}
+	if got, err := parseBlkid("DEVNAME=/dev/loop0\n"); err == nil {
+		t.Errorf("a found signature without a type read as %q", got)
+	}
+}
+
+func TestMkfsAndGrowArgs(t *testing.T) {
+	name, args := mkfsArgs("ext4", nil, "/dev/loop0")
+	if name != "mkfs.ext4" || !slices.Equal(args, []string{"-m0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1", "/dev/loop0"}) {
+		t.Errorf("ext4: %s %q", name, args)
+	}
+	name, args = mkfsArgs("xfs", nil, "/dev/rbd0")
+	if name != "mkfs.xfs" || !slices.Equal(args, []string{"-K", "/dev/rbd0"}) {
+		t.Errorf("xfs: %s %q", name, args)
+	}
+	opts := []string{"-m1", "-L", "data"}
+	if _, args = mkfsArgs("ext4", opts, "/dev/rbd0"); !slices.Equal(args, []string{"-m1", "-L", "data", "/dev/rbd0"}) || len(opts) != 3 {
+		t.Errorf("mkfsOptions: %q", args)
+	}
+	for _, fs := range []string{"ext4", "xfs"} {
+		_, args := mkfsArgs(fs, nil, "/dev/x")
+		if slices.Contains(args, "-F") || slices.Contains(args, "-f") {
+			t.Errorf("%s is forced: %q", fs, args)
+		}
+	}
+	if n, a, _ := growArgs("ext4", "/dev/rbd0", "/stage"); n != "resize2fs" || !slices.Equal(a, []string{"/dev/rbd0"}) {
+		t.Errorf("grow ext4: %s %q", n, a)
+	}
+	if n, a, _ := growArgs("xfs", "/dev/rbd0", "/stage"); n != "xfs_growfs" || !slices.Equal(a, []string{"/stage"}) {
+		t.Errorf("grow xfs: %s %q", n, a)
+	}
+	size, err := parseExt4Size("Filesystem volume name:   <none>\nBlock count:              65536\nBlock size:               1024\n")
+	if err != nil || size != 64<<20 {
+		t.Errorf("parseExt4Size: %d %v", size, err)
+	}
+	if _, err := parseExt4Size("garbage"); err == nil {
+		t.Errorf("parseExt4Size of garbage")
+	}
+}
