@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -180,3 +181,49 @@ func TestConcurrentPublishOneWinner(t *testing.T) {
 	}
 }
 
+
+func (e attachEnv) stage(t *testing.T, node string, vol *csi.Volume, staging string) error {
+	_, err := e.nodes[node].Node().NodeStageVolume(harness.Ctx(t), &csi.NodeStageVolumeRequest{
+		VolumeId: vol.VolumeId, StagingTargetPath: staging, VolumeContext: vol.VolumeContext, Secrets: e.c.Secrets(),
+		VolumeCapability: capOf(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, false),
+	})
+	return err
+}
+
+func (e attachEnv) unstage(t *testing.T, node string, vol *csi.Volume, staging string) {
+	t.Helper()
+	_, err := e.nodes[node].Node().NodeUnstageVolume(harness.Ctx(t), &csi.NodeUnstageVolumeRequest{VolumeId: vol.VolumeId, StagingTargetPath: staging})
+	harness.Must(t, err, "unstage on %s", node)
+}
+
+// NodeStage maps a single-node volume only on the node holding its
+// attachment, so a stale pod on the node it moved away from cannot write.
+func TestNodeStageIsFenced(t *testing.T) {
+	e := setupAttach(t)
+	rwo := capOf(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, false)
+	resp, err := e.create(t, "fenced", 64*mib)
+	harness.Must(t, err, "create")
+	vol := resp.Volume
+	defer e.delete(t, vol.VolumeId)
+	staging := map[string]string{}
+	for _, n := range []string{"node-a", "node-b"} {
+		dir, err := os.MkdirTemp("", "rbdcsi-fence-")
+		harness.Must(t, err, "staging dir")
+		staging[n] = dir
+		defer os.Remove(dir) // empty once unstaged; never RemoveAll a possible mount
+	}
+
+	wantCode(t, e.stage(t, "node-a", vol, staging["node-a"]), codes.FailedPrecondition, "stage before any attachment")
+	harness.Must(t, e.publish(t, vol.VolumeId, "node-a", rwo, false), "publish to node-a")
+	wantCode(t, e.stage(t, "node-b", vol, staging["node-b"]), codes.FailedPrecondition, "stage on the node without the attachment")
+	harness.Must(t, e.stage(t, "node-a", vol, staging["node-a"]), "stage on the attached node")
+	e.unstage(t, "node-a", vol, staging["node-a"])
+
+	// The move: node-a's stage is refused from now on.
+	e.unpublish(t, vol.VolumeId, "node-a")
+	harness.Must(t, e.publish(t, vol.VolumeId, "node-b", rwo, false), "publish to node-b")
+	wantCode(t, e.stage(t, "node-a", vol, staging["node-a"]), codes.FailedPrecondition, "stage on the old node after the move")
+	harness.Must(t, e.stage(t, "node-b", vol, staging["node-b"]), "stage on the new node")
+	e.unstage(t, "node-b", vol, staging["node-b"])
+	e.unpublish(t, vol.VolumeId, "node-b")
+}

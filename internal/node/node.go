@@ -56,6 +56,10 @@ type Options struct {
 	StateDir          string
 	MaxVolumesPerNode int64
 	Clusters          Clusters
+	// Fence, when set, makes NodeStage map a single-node volume only on
+	// the node its attachment record in Ceph names (the controller keeps
+	// them when it runs with the node registry).
+	Fence Fence
 }
 
 // Node is the CSI Node service.
@@ -71,6 +75,7 @@ type Node struct {
 	clusters       Clusters
 	store          *store
 	locks          *lock.Keyed
+	fence          Fence
 }
 
 // New returns a Node; it fails if the state directory cannot be used.
@@ -103,7 +108,7 @@ func New(o Options) (*Node, error) {
 	}
 	return &Node{
 		id: o.NodeID, mappers: o.Mappers, defaultMounter: o.DefaultMounter, mounter: mounter,
-		run: run, maxVolumes: o.MaxVolumesPerNode, clusters: o.Clusters, store: st, locks: lock.New(),
+		run: run, maxVolumes: o.MaxVolumesPerNode, clusters: o.Clusters, store: st, locks: lock.New(), fence: o.Fence,
 	}, nil
 }
 

@@ -112,6 +112,9 @@ func (n *Node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequ
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	if err := n.checkAttached(ctx, vol, cluster, cred, capSpec.AccessMode); err != nil {
+		return nil, err
+	}
 	if err := m.Supported(ctx); err != nil {
 		return nil, statusFor(err)
 	}
