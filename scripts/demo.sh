@@ -9,7 +9,13 @@ work=$(mktemp -d /tmp/rbdcsi-demo.XXXXXX)
 plugin_pid=
 cleanup() {
 	if [ -n "$plugin_pid" ]; then kill "$plugin_pid" 2>/dev/null || true; wait "$plugin_pid" 2>/dev/null || true; fi
-	rm -rf "$work"
+	# Never rm -rf over a live mount (rbd-fuse turns an unlink into an image
+	# removal): a failed demo leaves its mounts for the operator to see.
+	if grep -q " $work/" /proc/mounts; then
+		echo "== mounts left under $work (the demo failed part-way):"; grep " $work/" /proc/mounts
+	else
+		rm -rf "$work"
+	fi
 }
 trap cleanup EXIT INT TERM
 
@@ -17,11 +23,16 @@ install -d -m 0700 "$work/secret"
 printf '%s' "$CEPH_CSI_USER" >"$work/secret/userID"
 printf '%s' "$CEPH_CSI_KEY" >"$work/secret/userKey"
 echo "== Starting the plugin (log: $work/plugin.log)"
-"$root/bin/rbdplugin" --mode controller --endpoint "unix://$work/csi.sock" \
+# --mode all on one machine: controller and node; the fuse mapper because
+# this kind of machine has no krbd; the node registry for attachments.
+"$root/bin/rbdplugin" --mode all --nodeid demo-node --endpoint "unix://$work/csi.sock" \
 	--cluster-config "$CEPH_DIR/cluster-config.json" --controller-secret-dir "$work/secret" \
+	--node-registry "$CEPH_CLUSTER_ID/$CEPH_POOL" --node-secret-dir "$work/secret" \
+	--default-mounter fuse --state-dir "$work/state" \
 	>"$work/plugin.log" 2>&1 &
 plugin_pid=$!
 for _ in $(seq 100); do [ -S "$work/csi.sock" ] && break; sleep 0.1; done
-go run "$root/e2e/demo" --socket "$work/csi.sock" || { echo "== plugin log:"; cat "$work/plugin.log"; exit 1; }
+install -d -m 0750 "$work/mnt"
+go run "$root/e2e/demo" --socket "$work/csi.sock" --work "$work/mnt" || { echo "== plugin log:"; cat "$work/plugin.log"; exit 1; }
 echo
 echo "== Images left in pool $CEPH_POOL: $(rbd -c "$CEPH_CONF" --id admin --key "$CEPH_ADMIN_KEY" ls -p "$CEPH_POOL" | wc -l)"

@@ -1,6 +1,7 @@
 // Command demo walks volumes through their life over the plugin's real
 // gRPC socket, printing what happens: `make demo` runs it against a
-// throwaway local Ceph cluster.
+// throwaway local Ceph cluster, with the plugin in --mode all and the fuse
+// mapper (this kind of machine has no krbd).
 package main
 
 import (
@@ -8,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -17,144 +19,109 @@ import (
 
 func main() {
 	socket := flag.String("socket", "", "plugin socket path")
+	work := flag.String("work", "", "directory for staging and target paths")
 	flag.Parse()
-	if err := run(*socket); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := run(ctx, *socket, *work); err != nil {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
 		os.Exit(1)
 	}
 }
 
-type demo struct {
-	ctl     csi.ControllerClient
-	secrets map[string]string
-	params  map[string]string
-	step    int
-}
-
-// run bounds the whole demo; each call gets what is left.
-func run(socket string) error {
-	c, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	return walk(c, socket)
-}
-
-func (d *demo) say(format string, args ...any) {
-	d.step++
-	fmt.Printf("\n%2d. %s\n", d.step, fmt.Sprintf(format, args...))
-}
-
-func walk(c context.Context, socket string) error {
-	ctx := func() context.Context { return c }
+func run(ctx context.Context, socket, work string) error {
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
+	info, err := csi.NewIdentityClient(conn).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+	if err != nil {
+		return err
+	}
+	nodeInfo, err := csi.NewNodeClient(conn).NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("Connected to %s %s on %s (node %s)\n", info.Name, info.VendorVersion, socket, nodeInfo.NodeId)
 	d := &demo{
-		ctl:     csi.NewControllerClient(conn),
+		ctx: ctx, ctl: csi.NewControllerClient(conn), node: csi.NewNodeClient(conn), nodeID: nodeInfo.NodeId, work: work,
 		secrets: map[string]string{"userID": os.Getenv("CEPH_CSI_USER"), "userKey": os.Getenv("CEPH_CSI_KEY")},
 		params:  map[string]string{"clusterID": os.Getenv("CEPH_CLUSTER_ID"), "pool": os.Getenv("CEPH_POOL")},
 	}
-	info, err := csi.NewIdentityClient(conn).GetPluginInfo(ctx(), &csi.GetPluginInfoRequest{})
-	if err != nil {
-		return err
-	}
-	fmt.Printf("Connected to %s %s on %s\n", info.Name, info.VendorVersion, socket)
+	return d.walk()
+}
 
-	fsCap := []*csi.VolumeCapability{{
-		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}},
-	}}
+func (d *demo) walk() error {
 	d.say("CreateVolume demo-data, 1 GiB (thin: costs nothing until written)")
-	vol, err := d.ctl.CreateVolume(ctx(), &csi.CreateVolumeRequest{Name: "demo-data", VolumeCapabilities: fsCap,
-		CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30}, Parameters: d.params, Secrets: d.secrets})
-	if err != nil {
-		return err
-	}
-	id := vol.Volume.VolumeId
-	fmt.Printf("    volume ID %s (%d bytes)\n", id, vol.Volume.CapacityBytes)
+	data := d.must(d.ctl.CreateVolume(d.ctx, &csi.CreateVolumeRequest{Name: "demo-data", VolumeCapabilities: fsCaps(),
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30}, Parameters: d.params, Secrets: d.secrets})).(*csi.CreateVolumeResponse).Volume
+	fmt.Printf("    volume ID %s (%d bytes)\n", data.VolumeId, data.CapacityBytes)
 
 	d.say("CreateVolume demo-data again: the same request name gives the same volume")
-	again, err := d.ctl.CreateVolume(ctx(), &csi.CreateVolumeRequest{Name: "demo-data", VolumeCapabilities: fsCap,
-		CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30}, Parameters: d.params, Secrets: d.secrets})
-	if err != nil {
-		return err
-	}
-	fmt.Printf("    same ID: %v\n", again.Volume.VolumeId == id)
+	again := d.must(d.ctl.CreateVolume(d.ctx, &csi.CreateVolumeRequest{Name: "demo-data", VolumeCapabilities: fsCaps(),
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30}, Parameters: d.params, Secrets: d.secrets})).(*csi.CreateVolumeResponse).Volume
+	fmt.Printf("    same ID: %v\n", again.VolumeId == data.VolumeId)
 
-	d.say("ControllerExpandVolume to 2 GiB")
-	exp, err := d.ctl.ControllerExpandVolume(ctx(), &csi.ControllerExpandVolumeRequest{VolumeId: id,
-		CapacityRange: &csi.CapacityRange{RequiredBytes: 2 << 30}, Secrets: d.secrets})
-	if err != nil {
-		return err
-	}
-	fmt.Printf("    now %d bytes; node expansion required: %v\n", exp.CapacityBytes, exp.NodeExpansionRequired)
+	d.say("Attach, stage (map + mkfs + mount), publish (bind mount), write a file")
+	target := d.mount(data)
+	d.write(target, "hello from the first stage")
+	d.say("Unpublish, unstage (unmount + unmap), then stage and publish again: the file is still there")
+	d.unmount(data)
+	target = d.mount(data)
+	fmt.Printf("    read back: %q\n", d.read(target))
 
-	d.say("GetCapacity of the pool")
-	capResp, err := d.ctl.GetCapacity(ctx(), &csi.GetCapacityRequest{Parameters: d.params})
-	if err != nil {
-		return err
+	d.say("ControllerExpandVolume to 2 GiB, then NodeExpandVolume grows the mounted filesystem")
+	exp := d.must(d.ctl.ControllerExpandVolume(d.ctx, &csi.ControllerExpandVolumeRequest{VolumeId: data.VolumeId,
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 2 << 30}, Secrets: d.secrets})).(*csi.ControllerExpandVolumeResponse)
+	fmt.Printf("    image now %d bytes; node expansion required: %v\n", exp.CapacityBytes, exp.NodeExpansionRequired)
+	if _, err := d.node.NodeExpandVolume(d.ctx, &csi.NodeExpandVolumeRequest{VolumeId: data.VolumeId, VolumePath: target,
+		StagingTargetPath: d.staging(data), CapacityRange: &csi.CapacityRange{RequiredBytes: 2 << 30}, VolumeCapability: fsCaps()[0]}); err != nil {
+		fmt.Printf("    NodeExpandVolume: %v (ext4 grows online only with CAP_SYS_RESOURCE; the next stage grows it)\n", err)
 	}
-	fmt.Printf("    %d MiB available\n", capResp.AvailableCapacity>>20)
+	d.stats(data, target)
 
-	d.say("CreateSnapshot demo-snap of demo-data")
-	snap, err := d.ctl.CreateSnapshot(ctx(), &csi.CreateSnapshotRequest{Name: "demo-snap", SourceVolumeId: id, Secrets: d.secrets})
-	if err != nil {
-		return err
-	}
-	fmt.Printf("    snapshot ID %s, ready: %v\n", snap.Snapshot.SnapshotId, snap.Snapshot.ReadyToUse)
+	d.say("CreateSnapshot demo-snap, then overwrite the file")
+	snap := d.must(d.ctl.CreateSnapshot(d.ctx, &csi.CreateSnapshotRequest{Name: "demo-snap", SourceVolumeId: data.VolumeId, Secrets: d.secrets})).(*csi.CreateSnapshotResponse).Snapshot
+	fmt.Printf("    snapshot ID %s, ready: %v\n", snap.SnapshotId, snap.ReadyToUse)
+	d.write(target, "overwritten after the snapshot")
 
-	d.say("CreateVolume demo-restore from the snapshot (copy-on-write clone)")
-	restore, err := d.ctl.CreateVolume(ctx(), &csi.CreateVolumeRequest{Name: "demo-restore", VolumeCapabilities: fsCap,
-		Parameters: d.params, Secrets: d.secrets, VolumeContentSource: &csi.VolumeContentSource{
-			Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.Snapshot.SnapshotId}}}})
-	if err != nil {
-		return err
-	}
-	fmt.Printf("    volume ID %s (%d bytes)\n", restore.Volume.VolumeId, restore.Volume.CapacityBytes)
+	d.say("Restore the snapshot into demo-restore (copy-on-write clone) and read it")
+	restore := d.restore("demo-restore", snap.SnapshotId)
+	fmt.Printf("    demo-restore holds: %q; demo-data holds: %q\n", d.read(d.mount(restore)), d.read(target))
+	d.unmount(restore)
 
-	d.say("CreateVolume demo-clone from volume demo-data")
-	clone, err := d.ctl.CreateVolume(ctx(), &csi.CreateVolumeRequest{Name: "demo-clone", VolumeCapabilities: fsCap,
-		Parameters: d.params, Secrets: d.secrets, VolumeContentSource: &csi.VolumeContentSource{
-			Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: id}}}})
-	if err != nil {
-		return err
-	}
-	fmt.Printf("    volume ID %s\n", clone.Volume.VolumeId)
+	d.say("Clone demo-data into demo-clone (a PVC clone) and read it")
+	clone := d.must(d.ctl.CreateVolume(d.ctx, &csi.CreateVolumeRequest{Name: "demo-clone", VolumeCapabilities: fsCaps(), Parameters: d.params, Secrets: d.secrets,
+		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: data.VolumeId}}}})).(*csi.CreateVolumeResponse).Volume
+	fmt.Printf("    demo-clone holds: %q\n", d.read(d.mount(clone)))
+	d.unmount(clone)
 
-	if err := d.list(c); err != nil {
-		return err
+	d.say("Delete demo-data: its snapshot and clone keep the data they need")
+	d.unmount(data)
+	d.must(d.ctl.DeleteVolume(d.ctx, &csi.DeleteVolumeRequest{VolumeId: data.VolumeId, Secrets: d.secrets}))
+	d.list()
+
+	d.say("Restore the snapshot again, after its source is gone")
+	late := d.restore("demo-late", snap.SnapshotId)
+	fmt.Printf("    demo-late holds: %q\n", d.read(d.mount(late)))
+	d.unmount(late)
+
+	d.say("Delete the snapshot and every volume: the kept data goes with the last of them")
+	d.must(d.ctl.DeleteSnapshot(d.ctx, &csi.DeleteSnapshotRequest{SnapshotId: snap.SnapshotId, Secrets: d.secrets}))
+	for _, v := range []*csi.Volume{restore, clone, late} {
+		d.must(d.ctl.DeleteVolume(d.ctx, &csi.DeleteVolumeRequest{VolumeId: v.VolumeId, Secrets: d.secrets}))
 	}
-	d.say("DeleteVolume demo-data while its snapshot and clone still need its data")
-	if _, err := d.ctl.DeleteVolume(ctx(), &csi.DeleteVolumeRequest{VolumeId: id, Secrets: d.secrets}); err != nil {
-		return err
-	}
-	if err := d.list(c); err != nil {
-		return err
-	}
-	d.say("Delete the snapshot, the restore and the clone: the kept data goes with the last of them")
-	if _, err := d.ctl.DeleteSnapshot(ctx(), &csi.DeleteSnapshotRequest{SnapshotId: snap.Snapshot.SnapshotId, Secrets: d.secrets}); err != nil {
-		return err
-	}
-	for _, v := range []string{restore.Volume.VolumeId, clone.Volume.VolumeId} {
-		if _, err := d.ctl.DeleteVolume(ctx(), &csi.DeleteVolumeRequest{VolumeId: v, Secrets: d.secrets}); err != nil {
-			return err
-		}
-	}
-	return d.list(c)
+	d.list()
+	return d.err
 }
 
-func (d *demo) list(ctx context.Context) error {
-	d.say("ListVolumes")
-	resp, err := d.ctl.ListVolumes(ctx, &csi.ListVolumesRequest{})
-	if err != nil {
-		return err
-	}
-	if len(resp.Entries) == 0 {
-		fmt.Println("    (none)")
-	}
-	for _, e := range resp.Entries {
-		fmt.Printf("    %s  %d MiB\n", e.Volume.VolumeId, e.Volume.CapacityBytes>>20)
-	}
-	return nil
+func (d *demo) restore(name, snapID string) *csi.Volume {
+	return d.must(d.ctl.CreateVolume(d.ctx, &csi.CreateVolumeRequest{Name: name, VolumeCapabilities: fsCaps(), Parameters: d.params, Secrets: d.secrets,
+		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snapID}}}})).(*csi.CreateVolumeResponse).Volume
 }
+
+func (d *demo) staging(v *csi.Volume) string { return filepath.Join(d.work, "staging-"+shortID(v)) }
+func (d *demo) target(v *csi.Volume) string  { return filepath.Join(d.work, "target-"+shortID(v)) }
+
+func shortID(v *csi.Volume) string { return v.VolumeId[len(v.VolumeId)-8:] }
