@@ -319,7 +319,7 @@ func TestDeleteInUseIsRefused(t *testing.T) {
 	e := setup(t)
 	v := e.mustCreate(t, "busy", 4*mib)
 	ctx, cancel := context.WithCancel(context.Background())
-	watch := exec.CommandContext(ctx, "rbd", "-c", e.c.Conf, "--id", "admin", "--key", e.c.AdminKey, "watch", e.c.Pool+"/"+imageOf(t, v.VolumeId))
+	watch := exec.CommandContext(ctx, "rbd", "-c", e.c.Conf, "--id", "admin", "watch", e.c.Pool+"/"+imageOf(t, v.VolumeId))
 	watch.Stdout, watch.Stderr = os.Stderr, os.Stderr
 	stdin, err := watch.StdinPipe() // rbd watch runs until its stdin gets a line
 	harness.Must(t, err, "stdin pipe")

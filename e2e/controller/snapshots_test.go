@@ -63,7 +63,7 @@ func (e env) write(t *testing.T, image string) string {
 // checksum hashes the whole image (or image@snap) as rbd export reads it.
 func (e env) checksum(t *testing.T, spec string) string {
 	t.Helper()
-	cmd := exec.Command("rbd", "-c", e.c.Conf, "--id", "admin", "--key", e.c.AdminKey, "export", e.c.Pool+"/"+spec, "-")
+	cmd := exec.Command("rbd", "-c", e.c.Conf, "--id", "admin", "export", e.c.Pool+"/"+spec, "-")
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("rbd export %s: %v", spec, err)
@@ -80,7 +80,7 @@ func (e env) expectPoolEmpty(t *testing.T) {
 	e.c.ExpectNoImages(t)
 	var left []string
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		out, err := exec.Command("rados", "-c", e.c.Conf, "--id", "admin", "--key", e.c.AdminKey, "-p", e.c.Pool, "ls").CombinedOutput()
+		out, err := exec.Command("rados", "-c", e.c.Conf, "--id", "admin", "-p", e.c.Pool, "ls").CombinedOutput()
 		if err != nil {
 			t.Fatalf("rados ls: %v: %s", err, out)
 		}

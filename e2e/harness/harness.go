@@ -60,12 +60,13 @@ func (c Cluster) Params(extra ...string) map[string]string {
 	return p
 }
 
-// RBD runs the rbd CLI as admin (test-side inspection only; the driver's
-// controller never shells out).
+// RBD runs the rbd CLI as admin, its key read from the cluster's keyring
+// file (never on a command line). Test-side inspection only: the driver's
+// controller never shells out.
 func (c Cluster) RBD(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	full := append([]string{"-c", c.Conf, "--id", "admin", "--key", c.AdminKey}, args...)
+	full := append([]string{"-c", c.Conf, "--id", "admin"}, args...)
 	out, err := exec.CommandContext(ctx, "rbd", full...).CombinedOutput()
 	return string(out), err
 }
@@ -261,7 +262,7 @@ func Must(t testing.TB, err error, what string, args ...any) {
 func (c Cluster) Ceph(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	full := append([]string{"-c", c.Conf, "--id", "admin", "--key", c.AdminKey}, args...)
+	full := append([]string{"-c", c.Conf, "--id", "admin"}, args...)
 	out, err := exec.CommandContext(ctx, "ceph", full...).CombinedOutput()
 	return string(out), err
 }
