@@ -181,7 +181,6 @@ func TestConcurrentPublishOneWinner(t *testing.T) {
 	}
 }
 
-
 func (e attachEnv) stage(t *testing.T, node string, vol *csi.Volume, staging string) error {
 	_, err := e.nodes[node].Node().NodeStageVolume(harness.Ctx(t), &csi.NodeStageVolumeRequest{
 		VolumeId: vol.VolumeId, StagingTargetPath: staging, VolumeContext: vol.VolumeContext, Secrets: e.c.Secrets(),

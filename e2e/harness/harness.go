@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -142,6 +143,13 @@ func (p *Plugin) Start() {
 	defer p.mu.Unlock()
 	cmd := exec.Command(Binary(p.t), p.args...)
 	cmd.Stdout, cmd.Stderr = p.logs, p.logs
+	// The cluster's keys are in the test's environment; the plugin gets its
+	// keys per request, as in production, and nothing else.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CEPH_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		p.t.Fatal(err)
@@ -279,4 +287,91 @@ func (c Cluster) WaitHealth(t testing.TB, what string, match func(health string)
 			t.Fatalf("cluster never got %s: %s %v", what, out, err)
 		}
 	}
+}
+
+// WatchSecret samples the command line of every process, and the
+// environment of the plugin and its children, until the returned function
+// is called, which reports where secret was seen: keys must travel in 0600
+// files, never in argv or env. (The test's own environment holds the key
+// by design; the plugin is started without it.)
+func WatchSecret(secret string, plugin *Plugin) (stop func() []string) {
+	done := make(chan struct{})
+	found := make(chan []string, 1)
+	go func() {
+		seen := map[string]bool{}
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			root := plugin.PID()
+			paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+			for _, p := range paths {
+				files := []string{p}
+				if pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p))); root > 0 && descends(pid, root) {
+					files = append(files, filepath.Join(filepath.Dir(p), "environ"))
+				}
+				for _, f := range files {
+					if b, err := os.ReadFile(f); err == nil && bytes.Contains(b, []byte(secret)) {
+						seen[f+": "+strings.ReplaceAll(string(b), "\x00", " ")[:min(len(b), 80)]] = true
+					}
+				}
+			}
+			select {
+			case <-done:
+				var out []string
+				for s := range seen {
+					out = append(out, s)
+				}
+				found <- out
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() []string { close(done); return <-found }
+}
+
+// descends reports whether pid is root or one of its descendants.
+func descends(pid, root int) bool {
+	for i := 0; i < 64 && pid > 1; i++ {
+		if pid == root {
+			return true
+		}
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return false
+		}
+		// The parent PID is the 2nd field after the ")" closing the name.
+		fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(fields) < 2 {
+			return false
+		}
+		pid, _ = strconv.Atoi(fields[1])
+	}
+	return false
+}
+
+// PID of the running plugin process (0 when stopped).
+func (p *Plugin) PID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// FilesContaining lists the regular files under dir whose content holds
+// secret.
+func FilesContaining(dir, secret string) []string {
+	var out []string
+	_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		if b, err := os.ReadFile(path); err == nil && bytes.Contains(b, []byte(secret)) {
+			out = append(out, path)
+		}
+		return nil
+	})
+	return out
 }

@@ -39,7 +39,7 @@ func TestSanity(t *testing.T) {
 	// The fuse mounter: this machine has neither krbd nor nbd (MACHINE.md).
 	p := harness.StartPlugin(t, c, "--mode", "all", "--nodeid", "sanity-node", "--default-mounter", "fuse",
 		"--state-dir", stateDir, "--controller-secret-dir", secretDir,
-		"--node-registry", c.ClusterID+"/"+c.Pool, "--node-secret-dir", secretDir, "--v", "4")
+		"--node-registry", c.ClusterID+"/"+c.Pool, "--node-secret-dir", secretDir, "--v", "10")
 
 	work := t.TempDir()
 	secretsFile := filepath.Join(work, "secrets.yaml")
@@ -68,7 +68,20 @@ func TestSanity(t *testing.T) {
 	for focus := range skipped {
 		suite.SkipStrings = append(suite.SkipStrings, focus)
 	}
+	// The whole suite runs at the highest verbosity, and the CSI user's key
+	// must show up nowhere: not in the log, not in any process's command
+	// line or environment, not in a file the plugin leaves behind.
+	stopWatch := harness.WatchSecret(c.CSIKey, p)
 	RunSpecs(t, "CSI sanity on real Ceph", suite, reporter)
+	if seen := stopWatch(); len(seen) > 0 {
+		t.Errorf("the key was visible in /proc: %v", seen)
+	}
+	if strings.Contains(p.Logs(), c.CSIKey) {
+		t.Error("the key is in the plugin log")
+	}
+	if files := harness.FilesContaining(stateDir, c.CSIKey); len(files) > 0 {
+		t.Errorf("the key is in files the plugin left: %v", files)
+	}
 
 	c.ExpectNoImages(t)
 }
