@@ -19,6 +19,7 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/controller"
 	"github.com/rbdcsi/rbdcsi/internal/driver"
 	"github.com/rbdcsi/rbdcsi/internal/metrics"
+	"github.com/rbdcsi/rbdcsi/internal/node"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
@@ -163,11 +164,15 @@ func run(ctx context.Context, f flags) error {
 		services.Controller = ctrl
 	}
 	if f.mode != "controller" {
-		node, nodeChecks, err := newNode(f, clusters)
+		var fence node.Fence
+		if f.registry.location != "" {
+			fence = backend
+		}
+		nodeSvc, nodeChecks, err := newNode(f, clusters, fence)
 		if err != nil {
 			return err
 		}
-		services.Node = node
+		services.Node = nodeSvc
 		checks = append(checks, nodeChecks...)
 		hbCtx, stopHeartbeat := context.WithCancel(ctx)
 		wait, err := f.registry.startHeartbeat(hbCtx, clusters, backend, f.nodeID)
