@@ -168,7 +168,7 @@ func run(ctx context.Context, f flags) error {
 		if f.registry.location != "" {
 			fence = backend
 		}
-		nodeSvc, nodeChecks, err := newNode(f, clusters, fence)
+		nodeSvc, nodeChecks, err := newNode(f, clusters, fence, fault)
 		if err != nil {
 			return err
 		}

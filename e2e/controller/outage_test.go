@@ -2,11 +2,6 @@ package controller
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,37 +11,6 @@ import (
 
 	"github.com/rbdcsi/rbdcsi/e2e/harness"
 )
-
-// pauseMonitor stops the monitor (SIGSTOP) until the returned function
-// resumes it; the test's cleanup resumes it in any case.
-func pauseMonitor(t *testing.T, c harness.Cluster) (resume func()) {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(c.Dir, "pids", "mon.a.pid"))
-	harness.Must(t, err, "mon pid")
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	harness.Must(t, err, "mon pid")
-	harness.Must(t, syscall.Kill(pid, syscall.SIGSTOP), "SIGSTOP mon")
-	// The signal is delivered asynchronously: wait until the mon is stopped.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-		harness.Must(t, err, "mon status")
-		if strings.Contains(string(st), "State:\tT") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mon %d did not stop", pid)
-		}
-	}
-	resumed := false
-	resume = func() {
-		if !resumed {
-			resumed = true
-			harness.Must(t, syscall.Kill(pid, syscall.SIGCONT), "SIGCONT mon")
-		}
-	}
-	t.Cleanup(resume)
-	return resume
-}
 
 // With the monitor unreachable, every call answers Unavailable or
 // DeadlineExceeded within its deadline; once it is back, the same calls
@@ -75,7 +39,7 @@ func TestMonitorOutage(t *testing.T) {
 		},
 	}
 	order := []string{"CreateVolume", "CreateSnapshot", "DeleteVolume"}
-	resume := pauseMonitor(t, c)
+	resume := harness.PauseMonitor(t, c)
 	for _, name := range order {
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 		start := time.Now()

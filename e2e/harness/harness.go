@@ -176,6 +176,24 @@ func (p *Plugin) Start() {
 	}
 }
 
+// Without drops a flag (and its value, when given as a separate argument)
+// from the arguments the next Start uses.
+func (p *Plugin) Without(flag string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var args []string
+	for i := 0; i < len(p.args); i++ {
+		switch {
+		case p.args[i] == flag:
+			i++ // and its value
+		case strings.HasPrefix(p.args[i], flag+"="):
+		default:
+			args = append(args, p.args[i])
+		}
+	}
+	p.args = args
+}
+
 // Stop sends SIGTERM and waits for a clean exit (SIGKILL after 30 s).
 func (p *Plugin) Stop() { p.signal(syscall.SIGTERM, 30*time.Second) }
 
@@ -374,4 +392,35 @@ func FilesContaining(dir, secret string) []string {
 		return nil
 	})
 	return out
+}
+
+// PauseMonitor stops the monitor (SIGSTOP) until the returned function
+// resumes it; the test's cleanup resumes it in any case.
+func PauseMonitor(t testing.TB, c Cluster) (resume func()) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.Dir, "pids", "mon.a.pid"))
+	Must(t, err, "mon pid")
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	Must(t, err, "mon pid")
+	Must(t, syscall.Kill(pid, syscall.SIGSTOP), "SIGSTOP mon")
+	// The signal is delivered asynchronously: wait until the mon is stopped.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+		Must(t, err, "mon status")
+		if strings.Contains(string(st), "State:\tT") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mon %d did not stop", pid)
+		}
+	}
+	resumed := false
+	resume = func() {
+		if !resumed {
+			resumed = true
+			Must(t, syscall.Kill(pid, syscall.SIGCONT), "SIGCONT mon")
+		}
+	}
+	t.Cleanup(resume)
+	return resume
 }

@@ -59,14 +59,15 @@ type env struct {
 // setup starts a plugin serving controller and node, with the fuse mounter
 // by default. Its cleanup, which runs after the volume cleanups the test
 // registers later, asserts that nothing is left on the node or in Ceph.
-func setup(t *testing.T) *env {
+func setup(t *testing.T, extraArgs ...string) *env {
 	t.Helper()
 	c := harness.LoadCluster(t)
 	dir := filepath.Join(root, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
 	harness.Must(t, os.MkdirAll(dir, 0o755), "mkdir")
 	e := &env{t: t, c: c, dir: dir, state: filepath.Join(dir, "state")}
-	e.p = harness.StartPlugin(t, c, "--mode", "all", "--nodeid", "test-node", "--default-mounter", "fuse",
-		"--state-dir", e.state, "--controller-secret-dir", harness.WriteControllerSecretDir(t, c), "--v", "4")
+	args := []string{"--mode", "all", "--nodeid", "test-node", "--default-mounter", "fuse",
+		"--state-dir", e.state, "--controller-secret-dir", harness.WriteControllerSecretDir(t, c), "--v", "4"}
+	e.p = harness.StartPlugin(t, c, append(args, extraArgs...)...)
 	e.cc, e.nc = e.p.Controller(), e.p.Node()
 	t.Cleanup(func() {
 		if left := leftovers(dir); len(left) > 0 {

@@ -277,8 +277,21 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
 	case strings.Contains(s, "(16) Device or resource busy"):
 		return fmt.Errorf("%w: %w", ErrBusy, err)
+	case unreachable(s):
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
+}
+
+// unreachable recognises the Ceph tools' words for monitors that do not
+// answer in time.
+func unreachable(out string) bool {
+	for _, s := range []string{"(110) Connection timed out", "failed to fetch mon config", "couldn't connect to the cluster", "authenticate timed out"} {
+		if strings.Contains(out, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // Refresh waits for the kernel to pick up the new size: krbd and rbd-nbd

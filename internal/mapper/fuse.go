@@ -180,6 +180,9 @@ func (f *fuseMapper) start(ctx context.Context, p fusePaths, req MapRequest) err
 	fail := func(what string, err error) error {
 		out, _ := os.ReadFile(p.log)
 		msg := fmt.Errorf("fuse map %s: %s: %w: %s", req.Image, what, err, tail(squeeze(string(out)), 600))
+		if unreachable(string(out)) {
+			msg = fmt.Errorf("%w: %w", ErrUnavailable, msg)
+		}
 		return redact(msg, req.Cred.Key)
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.connect+5*time.Second)

@@ -38,6 +38,8 @@ var (
 	ErrNotFound = errors.New("image not found")
 	// ErrBusy: the device is still in use (mounted or open).
 	ErrBusy = errors.New("device busy")
+	// ErrUnavailable: the cluster did not answer (monitors unreachable).
+	ErrUnavailable = errors.New("cluster unavailable")
 )
 
 // Image names one RBD image. ClusterID only keeps the private paths of two

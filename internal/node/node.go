@@ -56,6 +56,9 @@ type Options struct {
 	StateDir          string
 	MaxVolumesPerNode int64
 	Clusters          Clusters
+	// Fault, for crash tests only, is called at named points between the
+	// steps of an operation ("NodeStage:mapped").
+	Fault func(point string)
 	// Fence, when set, makes NodeStage map a single-node volume only on
 	// the node its attachment record in Ceph names (the controller keeps
 	// them when it runs with the node registry).
@@ -76,10 +79,14 @@ type Node struct {
 	store          *store
 	locks          *lock.Keyed
 	fence          Fence
+	fault          func(string)
 }
 
 // New returns a Node; it fails if the state directory cannot be used.
 func New(o Options) (*Node, error) {
+	if o.Fault == nil {
+		o.Fault = func(string) {}
+	}
 	if o.NodeID == "" {
 		return nil, errors.New("node ID is empty")
 	}
@@ -108,7 +115,7 @@ func New(o Options) (*Node, error) {
 	}
 	return &Node{
 		id: o.NodeID, mappers: o.Mappers, defaultMounter: o.DefaultMounter, mounter: mounter,
-		run: run, maxVolumes: o.MaxVolumesPerNode, clusters: o.Clusters, store: st, locks: lock.New(), fence: o.Fence,
+		run: run, maxVolumes: o.MaxVolumesPerNode, clusters: o.Clusters, store: st, locks: lock.New(), fence: o.Fence, fault: o.Fault,
 	}, nil
 }
 
@@ -184,6 +191,8 @@ func statusFor(err error) error {
 		code = codes.NotFound
 	case errors.Is(err, mapper.ErrBusy):
 		code = codes.FailedPrecondition
+	case errors.Is(err, mapper.ErrUnavailable):
+		code = codes.Unavailable
 	}
 	return status.Error(code, err.Error())
 }

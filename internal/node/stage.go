@@ -151,6 +151,7 @@ func (n *Node) stage(ctx context.Context, rec *record, m mapper.Mapper, params c
 	if err := n.store.save(rec); err != nil {
 		return err
 	}
+	n.fault("NodeStage:mapped")
 	if !rec.Cap.Block {
 		if err := n.mountStaging(ctx, rec, params.MkfsOptions); err != nil {
 			return err

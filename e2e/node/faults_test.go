@@ -1,0 +1,64 @@
+package node
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/rbdcsi/rbdcsi/e2e/harness"
+)
+
+// With the monitor unreachable, NodeStage answers Unavailable or
+// DeadlineExceeded within its deadline and leaves no mapping behind; once
+// the monitor is back the same call succeeds.
+func TestNodeStageMonitorOutage(t *testing.T) {
+	e := setup(t, "--ceph-timeout", "3s")
+	c := mountCap("ext4", csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)
+	v := e.createVolume("outage", 64*mib, c)
+	staging := e.path("staging")
+	harness.Must(t, os.MkdirAll(staging, 0o750), "mkdir staging")
+
+	resume := harness.PauseMonitor(t, e.c)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	start := time.Now()
+	_, err := e.nc.NodeStageVolume(ctx, e.stageReq(v, staging, c))
+	cancel()
+	if code := status.Code(err); code != codes.Unavailable && code != codes.DeadlineExceeded {
+		t.Errorf("NodeStage during the outage: %v (want Unavailable or DeadlineExceeded)", err)
+	}
+	if took := time.Since(start); took > 25*time.Second {
+		t.Errorf("NodeStage during the outage took %v, past its 20 s deadline", took)
+	}
+	if left := leftovers(e.dir); len(left) > 0 {
+		t.Errorf("a failed stage left: %v", left)
+	}
+	resume()
+	e.stage(v, staging, c)
+}
+
+// A plugin killed between mapping and mounting, then restarted: the retried
+// stage converges and unstage leaves nothing behind (the test's cleanup
+// checks mappings, loop devices, FUSE mounts and rbd-fuse processes).
+func TestNodeStageCrashConverges(t *testing.T) {
+	e := setup(t, "--test-crash-at", "NodeStage:mapped")
+	c := mountCap("ext4", csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)
+	v := e.createVolume("crash", 64*mib, c)
+	staging := e.path("staging")
+	harness.Must(t, os.MkdirAll(staging, 0o750), "mkdir staging")
+
+	if _, err := e.nc.NodeStageVolume(harness.Ctx(t), e.stageReq(v, staging, c)); err == nil {
+		t.Fatal("NodeStage survived --test-crash-at NodeStage:mapped")
+	}
+	e.p.Kill() // reap it (it killed itself)
+	e.p.Without("--test-crash-at")
+	e.p.Start()
+	e.stage(v, staging, c)
+	target := e.path("target")
+	e.publish(v, staging, target, c, false)
+	writeSynced(t, target+"/after-crash", []byte("ok"))
+}
