@@ -403,3 +403,6 @@ func TestBadInput(t *testing.T) {
 		t.Fatalf("bad input created images: %v", imgs)
 	}
 }
+
+// TestMain fails the run if the suite left anything in the pool.
+func TestMain(m *testing.M) { os.Exit(harness.CheckPoolAfter(m)) }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -73,32 +72,11 @@ func (e env) checksum(t *testing.T, spec string) string {
 }
 
 // expectPoolEmpty asserts no image, trash entry, snapshot claim or image
-// data is left in the pool. Data objects of removed snapshots are trimmed
-// by the OSD in the background, so they get a bounded while to go.
+// data is left in the pool.
 func (e env) expectPoolEmpty(t *testing.T) {
 	t.Helper()
-	e.c.ExpectNoImages(t)
-	var left []string
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		out, err := exec.Command("rados", "-c", e.c.Conf, "--id", "admin", "-p", e.c.Pool, "ls").CombinedOutput()
-		if err != nil {
-			t.Fatalf("rados ls: %v: %s", err, out)
-		}
-		left = left[:0]
-		for _, obj := range strings.Fields(string(out)) {
-			if obj == "rbdcsi.nodes" {
-				continue // the node registry: state of running nodes, not of volumes
-			}
-			if strings.HasPrefix(obj, "rbdcsi.") || strings.HasPrefix(obj, "rbd_header.") || strings.HasPrefix(obj, "rbd_data.") || strings.HasPrefix(obj, "rbd_id.") {
-				left = append(left, obj)
-			}
-		}
-		if len(left) == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
-	if len(left) > 0 {
-		t.Errorf("leaked objects in pool %s: %v", e.c.Pool, left)
+	if left := e.c.PoolLeaks(); len(left) > 0 {
+		t.Errorf("left in pool %s: %v", e.c.Pool, left)
 	}
 }
 

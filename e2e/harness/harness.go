@@ -35,16 +35,78 @@ type Cluster struct {
 // cannot mean anything, so it fails rather than skips.
 func LoadCluster(t testing.TB) Cluster {
 	t.Helper()
+	c, err := ClusterFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// ClusterFromEnv is LoadCluster for TestMain.
+func ClusterFromEnv() (Cluster, error) {
 	c := Cluster{
 		Conf: os.Getenv("CEPH_CONF"), MonHost: os.Getenv("CEPH_MON_HOST"), FSID: os.Getenv("CEPH_FSID"),
 		Pool: os.Getenv("CEPH_POOL"), ClusterID: os.Getenv("CEPH_CLUSTER_ID"), Dir: os.Getenv("CEPH_DIR"),
 		AdminKey: os.Getenv("CEPH_ADMIN_KEY"), CSIUser: os.Getenv("CEPH_CSI_USER"), CSIKey: os.Getenv("CEPH_CSI_KEY"),
 	}
 	if c.Conf == "" || c.CSIKey == "" || c.Dir == "" {
-		t.Fatal("no Ceph cluster in the environment: run these tests through `make integration` (scripts/with-cluster.sh)")
+		return c, fmt.Errorf("no Ceph cluster in the environment: run these tests through `make integration` (scripts/with-cluster.sh)")
 	}
 	c.ConfigFile = filepath.Join(c.Dir, "cluster-config.json")
-	return c
+	return c, nil
+}
+
+// PoolLeaks lists what a suite left in the pool: images, trash entries,
+// snapshot claims and image objects. Data objects of removed snapshots are
+// trimmed by the OSD in the background, so they get a bounded while to go.
+// The node registry (rbdcsi.nodes) is state of running nodes, not a leak.
+func (c Cluster) PoolLeaks() []string {
+	var left []string
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		left = left[:0]
+		if out, err := c.RBD("ls", "-p", c.Pool); err != nil {
+			left = append(left, "rbd ls: "+err.Error())
+		} else {
+			for _, img := range strings.Fields(out) {
+				left = append(left, "image "+img)
+			}
+		}
+		if out, err := c.RBD("trash", "ls", "--all", "-p", c.Pool); err != nil {
+			left = append(left, "rbd trash ls: "+err.Error())
+		} else if strings.TrimSpace(out) != "" {
+			left = append(left, "trash: "+strings.TrimSpace(out))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		out, err := exec.CommandContext(ctx, "rados", "-c", c.Conf, "--id", "admin", "-p", c.Pool, "ls").CombinedOutput()
+		cancel()
+		if err != nil {
+			left = append(left, "rados ls: "+err.Error())
+		}
+		for _, obj := range strings.Fields(string(out)) {
+			if obj != "rbdcsi.nodes" && (strings.HasPrefix(obj, "rbdcsi.") || strings.HasPrefix(obj, "rbd_header.") ||
+				strings.HasPrefix(obj, "rbd_data.") || strings.HasPrefix(obj, "rbd_id.")) {
+				left = append(left, "object "+obj)
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+	}
+}
+
+// CheckPoolAfter runs a package's tests, then fails the run if they left
+// anything in the pool (for TestMain).
+func CheckPoolAfter(m *testing.M) int {
+	code := m.Run()
+	c, err := ClusterFromEnv()
+	if err != nil {
+		return code
+	}
+	if left := c.PoolLeaks(); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: the suite left in pool %s:\n  %s\n", c.Pool, strings.Join(left, "\n  "))
+		return 1
+	}
+	return code
 }
 
 // Secrets are the CSI secrets of the non-admin CSI user.

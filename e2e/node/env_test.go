@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := harness.CheckPoolAfter(m)
 	if left := leftovers(root); len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "FAIL: left behind after the suite:\n  %s\n", strings.Join(left, "\n  "))
 		fmt.Fprintf(os.Stderr, "(not removing %s: it may hold mounts)\n", root)

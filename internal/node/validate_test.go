@@ -1,6 +1,7 @@
 package node
 
 import (
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -164,4 +165,32 @@ func TestMkfsAndGrowArgs(t *testing.T) {
 	if _, err := parseExt4Size("garbage"); err == nil {
 		t.Errorf("parseExt4Size of garbage")
 	}
+}
+
+func FuzzCheckPath(f *testing.F) {
+	for _, s := range []string{"/var/lib/kubelet/plugins/x/globalmount", "", "relative", "/a/../b", "/a/./b", "/a//b", "/a/b/", "/\x00", "/" + strings.Repeat("a", 5000)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		if checkPath("path", p) != nil {
+			return
+		}
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.Contains(p, "\x00") || slices.Contains(strings.Split(p, "/"), "..") {
+			t.Fatalf("checkPath accepted %q", p)
+		}
+	})
+}
+
+func FuzzCheckMountFlags(f *testing.F) {
+	for _, s := range []string{"noatime", "ro,bind", "context=\"a,b\"", "-o", "remount", "x-systemd.automount", "nodev nosuid"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, flag string) {
+		if checkMountFlags([]string{flag}) != nil {
+			return
+		}
+		if strings.ContainsAny(flag, ", \t\n\"'\x00") || strings.HasPrefix(flag, "-") {
+			t.Fatalf("checkMountFlags accepted %q", flag)
+		}
+	})
 }
