@@ -22,6 +22,7 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/lock"
 	"github.com/rbdcsi/rbdcsi/internal/mapper"
+	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
 // Clusters resolves a clusterID to its monitors.
@@ -159,6 +160,32 @@ func (n *Node) lock(volumeID string) (func(), error) {
 		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress; retry later", volumeID)
 	}
 	return release, nil
+}
+
+// begin checks what every unpublish and unstage request carries (a volume
+// ID and a path), takes the volume's lock and loads its record (nil when
+// there is none).
+func (n *Node) begin(id, what, path string) (volid.Volume, *record, func(), error) {
+	if id == "" {
+		return volid.Volume{}, nil, nil, status.Error(codes.InvalidArgument, "volume ID is missing")
+	}
+	if err := checkPath(what, path); err != nil {
+		return volid.Volume{}, nil, nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	vol, err := volid.DecodeVolume(id)
+	if err != nil {
+		return volid.Volume{}, nil, nil, status.Errorf(codes.NotFound, "volume %.130q does not exist (not a volume ID of this driver)", id)
+	}
+	release, err := n.lock(id)
+	if err != nil {
+		return volid.Volume{}, nil, nil, err
+	}
+	rec, err := n.store.load(id)
+	if err != nil {
+		release()
+		return volid.Volume{}, nil, nil, status.Error(codes.Internal, err.Error())
+	}
+	return vol, rec, release, nil
 }
 
 // mapperFor returns the mapper a record or request names.

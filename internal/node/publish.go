@@ -186,26 +186,11 @@ func removeCreated(path string, created bool) {
 // mounted there) and removes it. Nothing published is a success.
 func (n *Node) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	id, targetPath := req.GetVolumeId(), req.GetTargetPath()
-	if id == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
-	}
-	if err := checkPath("target path", targetPath); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	vol, err := volid.DecodeVolume(id)
-	if err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist (not a volume ID of this driver)", id)
-	}
-	release, err := n.lock(id)
+	vol, rec, release, err := n.begin(id, "target path", targetPath)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-
-	rec, err := n.store.load(id)
-	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
 	ours, err := n.targetIsOurs(ctx, rec, vol, targetPath)
 	if err != nil {
 		return nil, statusFor(err)

@@ -277,26 +277,11 @@ func (n *Node) unmountAndUnmap(ctx context.Context, rec *record, m mapper.Mapper
 // the record. Nothing staged (never, or no more) is a success.
 func (n *Node) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
-	if id == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
-	}
-	if err := checkPath("staging target path", staging); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	vol, err := volid.DecodeVolume(id)
-	if err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist (not a volume ID of this driver)", id)
-	}
-	release, err := n.lock(id)
+	vol, rec, release, err := n.begin(id, "staging target path", staging)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-
-	rec, err := n.store.load(id)
-	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
 	if rec == nil {
 		// No record: never staged here, or the state was lost. Clean up
 		// only what provably belongs to this image.
