@@ -324,3 +324,27 @@ func TestCloneChainsStayBounded(t *testing.T) {
 	}
 	e.expectPoolEmpty(t)
 }
+
+// Past --max-snapshots-per-image a volume takes no more snapshots (krbd
+// cannot map an image with too large a snapshot context), nor clones,
+// which need a snapshot of their own.
+func TestSnapshotLimit(t *testing.T) {
+	c := harness.LoadCluster(t)
+	p := harness.StartPlugin(t, c, "--mode", "controller", "--max-snapshots-per-image", "2")
+	e := env{c: c, p: p, cc: p.Controller()}
+	v := e.mustCreate(t, "limited", 8*mib)
+	for i := 0; i < 2; i++ {
+		s, err := e.snapshot(t, fmt.Sprintf("limited-%d", i), v.VolumeId)
+		harness.Must(t, err, "snapshot %d", i)
+		defer e.deleteSnapshot(t, s.SnapshotId)
+	}
+	_, err := e.snapshot(t, "limited-2", v.VolumeId)
+	wantCode(t, err, codes.ResourceExhausted, "a snapshot past the limit")
+	_, err = e.createFrom(t, "limited-clone", 8*mib, fromVolume(v.VolumeId))
+	wantCode(t, err, codes.ResourceExhausted, "a clone past the limit")
+	// The refused name stays free for another source.
+	w := e.mustCreate(t, "unlimited", 8*mib)
+	s, err := e.snapshot(t, "limited-2", w.VolumeId)
+	harness.Must(t, err, "the refused name on another volume")
+	e.deleteSnapshot(t, s.SnapshotId)
+}
