@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -406,3 +407,24 @@ func TestBadInput(t *testing.T) {
 
 // TestMain fails the run if the suite left anything in the pool.
 func TestMain(m *testing.M) { os.Exit(harness.CheckPoolAfter(m)) }
+
+// An interrupted removal leaves an image listed in the pool directory but
+// without its header; deleting the volume again must finish the job.
+func TestDeleteCompletesHalfRemovedImage(t *testing.T) {
+	e := setup(t)
+	v := e.mustCreate(t, "half-removed", 8*mib)
+	out, err := e.c.RBD("info", "--format", "json", e.c.Pool+"/"+imageOf(t, v.VolumeId))
+	harness.Must(t, err, "rbd info: %s", out)
+	var info struct {
+		ID string `json:"id"`
+	}
+	harness.Must(t, json.Unmarshal([]byte(out), &info), "rbd info json")
+	rados := exec.Command("rados", "-c", e.c.Conf, "--id", "admin", "-p", e.c.Pool, "rm", "rbd_header."+info.ID)
+	if out, err := rados.CombinedOutput(); err != nil {
+		t.Fatalf("rados rm: %v: %s", err, out)
+	}
+	e.delete(t, v.VolumeId)
+	if imgs := e.c.Images(t); len(imgs) != 0 {
+		t.Fatalf("a half-removed image is still listed: %v", imgs)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -18,15 +19,30 @@ import (
 // far shorter by flattening.
 const maxChain = 64
 
+// removeTimeout bounds one image removal: without the object-map feature
+// librbd tries every object of the image, minutes for many TiB.
+const removeTimeout = 30 * time.Minute
+
 // removeVolume deletes a volume image, or hides it while snapshots or
 // clones still need its data, then reclaims ancestors nobody needs now.
-func (c *Controller) removeVolume(ctx context.Context, pool rbd.Pool, vol volid.Volume) error {
+// It owns release (the volume's lock) and calls it exactly once: when the
+// removal itself is done, which may be after the request has given up.
+func (c *Controller) removeVolume(ctx context.Context, pool rbd.Pool, vol volid.Volume, release func()) error {
+	detached := false
+	defer func() {
+		if !detached {
+			release()
+		}
+	}()
 	fam, err := c.backend.StatFamily(ctx, pool, vol.Image, "")
-	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) {
-		klog.V(2).InfoS("volume is gone already", "volumeID", vol.String())
+	switch {
+	case errors.Is(err, rbd.ErrPoolNotFound):
 		return nil
-	}
-	if err != nil {
+	case errors.Is(err, rbd.ErrNotFound):
+		// Gone, or half-removed by an interrupted removal (still listed,
+		// but without a header): removing again completes it.
+		fam = rbd.Family{}
+	case err != nil:
 		return cephStatus(err)
 	}
 	if nodes := attach.Nodes(fam.Metadata); len(nodes) > 0 {
@@ -38,9 +54,32 @@ func (c *Controller) removeVolume(ctx context.Context, pool rbd.Pool, vol volid.
 	if len(fam.Snaps) > 0 || fam.TrashedSnaps > 0 {
 		return c.hide(ctx, pool, vol, fam)
 	}
-	err = c.backend.RemoveImage(ctx, pool, vol.Image)
+	// The removal runs apart from the request and keeps the lock until it
+	// ends, so a retry meanwhile hears that it is in progress instead of
+	// finding a half-removed image.
+	detached = true
+	done := make(chan error, 1)
+	go func() {
+		defer release()
+		rctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
+		defer cancel()
+		done <- c.finishRemoval(rctx, pool, vol, fam)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return status.Errorf(codes.DeadlineExceeded, "volume %s is still being deleted (a large image without the object-map feature takes a while); retry later", vol)
+	}
+}
+
+func (c *Controller) finishRemoval(ctx context.Context, pool rbd.Pool, vol volid.Volume, fam rbd.Family) error {
+	err := c.backend.RemoveImage(ctx, pool, vol.Image)
 	switch {
-	case err == nil, errors.Is(err, rbd.ErrNotFound):
+	case err == nil:
+		klog.V(2).InfoS("deleted volume", "volumeID", vol.String())
+	case errors.Is(err, rbd.ErrNotFound):
+		klog.V(2).InfoS("volume is gone already", "volumeID", vol.String())
 	case errors.Is(err, rbd.ErrBusy):
 		return status.Errorf(codes.FailedPrecondition, "volume %s is in use: a node still has it mapped; unmount it first", vol)
 	case errors.Is(err, rbd.ErrHasSnapshots): // a snapshot arrived meanwhile
@@ -48,7 +87,6 @@ func (c *Controller) removeVolume(ctx context.Context, pool rbd.Pool, vol volid.
 	default:
 		return cephStatus(err)
 	}
-	klog.V(2).InfoS("deleted volume", "volumeID", vol.String())
 	if fam.Parent != nil {
 		return c.reclaim(ctx, parentPool(pool, fam.Parent), fam.Parent.ImageID)
 	}
@@ -80,7 +118,11 @@ func (c *Controller) reclaim(ctx context.Context, pool rbd.Pool, imageID string)
 		if !strings.HasPrefix(fam.Name, hiddenPrefix) || len(fam.Snaps) > 0 || fam.TrashedSnaps > 0 || fam.Watchers > 0 {
 			return nil
 		}
-		err = c.backend.RemoveImage(ctx, pool, fam.Name)
+		// Not bounded by the request: an interrupted removal would leave a
+		// hidden image that can no longer be found by its ID.
+		rctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
+		err = c.backend.RemoveImage(rctx, pool, fam.Name)
+		cancel()
 		if errors.Is(err, rbd.ErrHasSnapshots) || errors.Is(err, rbd.ErrBusy) {
 			return nil // a dependent appeared meanwhile; its removal reclaims
 		}

@@ -141,9 +141,7 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	if !ok {
 		return nil, pending("volume " + id)
 	}
-	defer release()
-
-	if err := c.removeVolume(ctx, pool, vol); err != nil {
+	if err := c.removeVolume(ctx, pool, vol, release); err != nil {
 		return nil, err
 	}
 	return &csi.DeleteVolumeResponse{}, nil
