@@ -1,0 +1,615 @@
+// Command bench measures the plugin against baselines taken in the same
+// run (issue 9): `make bench` runs it against a throwaway local Ceph
+// cluster booted by scripts/with-cluster.sh, through the real plugin
+// binary on its real unix socket.
+//
+//	P1 provisioning: CreateVolume/s vs raw go-ceph create + metadata, at each concurrency
+//	P2 reclaim:      DeleteVolume/s until the storage is gone vs raw image removal
+//	P3 staging:      NodeStage + NodeUnstage of a 1 TiB vs a 1 GiB volume (ext4, xfs; fuse mapper)
+//	P4 restore:      restore from a snapshot of a volume with 1 GiB written vs none
+//	P5 memory:       plugin RSS idle, peak at the top concurrency, growth over create/delete cycles
+//	P6 logging:      P1 with --v=5 vs --v=2 (the manifests' verbosity)
+//	P7 parallel:     16 volumes staged at concurrency 1 vs 8
+//
+// Every figure with a target is a ratio against a reference measured in
+// the same run (P5's are budgets in MiB); nothing here asserts on time.
+// The table goes to stdout and, with the JSON of every sample (CPU per
+// call by process, the Ceph operations behind each call, memory by
+// mapping), to the results directory. The plugins run as the manifests
+// run them: --v=2 and --metrics-address.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
+)
+
+type benchConfig struct {
+	plugin, out, cpuprofile  string
+	n, rounds                int
+	concurrency              []int
+	cycles, cycleConcurrency int
+	size, cycleSize          int64
+	stageRounds              int
+	parallelVolumes          int
+	parallelConcurrency      int
+	parallelRounds           int
+	restoreData              int64
+	restoreRounds            int
+	scenarios                map[string]bool
+	callTimeout, nodeTimeout time.Duration
+	keepWork                 bool
+	perf                     bool
+	imageFeatures            string
+}
+
+type bench struct {
+	cfg   benchConfig
+	stamp string
+	c     cluster
+	work  string
+	runID string
+	led   *ledger
+	raw   *rbd.Backend
+	pool  rbd.Pool
+	rep   *report
+	start time.Time
+	// watch accounts CPU per phase; rawOps times the raw baseline's Ceph
+	// operations as the plugin's metrics time its own.
+	watch  cpuWatch
+	rawOps *rawObserver
+
+	plugins []*plugin
+}
+
+func parseFlags() (benchConfig, error) {
+	var cfg benchConfig
+	var conc, scen string
+	var data int64
+	flag.StringVar(&cfg.plugin, "plugin", "bin/rbdplugin", "plugin binary")
+	flag.StringVar(&cfg.out, "out", "results", "directory for bench-<time>.json and .md")
+	flag.StringVar(&cfg.cpuprofile, "cpuprofile", "", "write this process's CPU profile here (client side and raw baseline)")
+	flag.IntVar(&cfg.n, "n", 200, "P1/P2/P6: volumes created then deleted per measurement")
+	flag.StringVar(&conc, "concurrency", "1,4,16", "P1/P2/P6: concurrencies; the highest one also gives P5's peak")
+	flag.IntVar(&cfg.rounds, "rounds", 3, "P1/P2/P6: rounds per concurrency (a ratio is the median of the rounds' ratios)")
+	var sizeMiB, cycleMiB int64
+	flag.Int64Var(&sizeMiB, "size-mib", 1024, "P1/P2/P6: volume size in MiB (thin; DeleteVolume without object-map visits every 4 MiB object)")
+	flag.IntVar(&cfg.cycles, "cycles", 5000, "P5: create/delete cycles")
+	flag.Int64Var(&cycleMiB, "cycle-size-mib", 64, "P5: volume size of the cycles in MiB")
+	flag.IntVar(&cfg.cycleConcurrency, "cycle-concurrency", 16, "P5: concurrency of the cycles")
+	flag.IntVar(&cfg.stageRounds, "stage-rounds", 2, "P3: stage/unstage rounds per filesystem and size")
+	flag.IntVar(&cfg.parallelVolumes, "parallel-volumes", 16, "P7: volumes per batch")
+	flag.IntVar(&cfg.parallelConcurrency, "parallel-concurrency", 8, "P7: the parallel concurrency (compared with 1)")
+	flag.IntVar(&cfg.parallelRounds, "parallel-rounds", 2, "P7: rounds (each stages a fresh batch at both concurrencies)")
+	flag.Int64Var(&data, "restore-data-mib", 1024, "P4: MiB written into the volume before its snapshot")
+	flag.IntVar(&cfg.restoreRounds, "restore-rounds", 5, "P4: restores from each snapshot")
+	flag.StringVar(&scen, "scenarios", "P1,P2,P3,P4,P5,P6,P7", "scenarios to run (P2 and P6 ride along with P1)")
+	flag.DurationVar(&cfg.callTimeout, "call-timeout", time.Minute, "deadline of each controller call")
+	flag.DurationVar(&cfg.nodeTimeout, "node-timeout", 5*time.Minute, "deadline of each node call and of the DeleteVolume of P3's 1 TiB volumes")
+	flag.StringVar(&cfg.imageFeatures, "image-features", "", "StorageClass imageFeatures for every volume (and the raw baseline); empty: the driver's default, layering")
+	flag.BoolVar(&cfg.keepWork, "keep-work", false, "keep the work directory (plugin logs) after the run")
+	flag.BoolVar(&cfg.perf, "perf", false, "profile the plugin with perf record during its first P1 round at the top concurrency and of this process during the raw baseline's (summaries in the JSON, perf.data in the results directory)")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %v", flag.Args())
+	}
+	for _, s := range strings.Split(conc, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return cfg, fmt.Errorf("-concurrency: bad value %q", s)
+		}
+		cfg.concurrency = append(cfg.concurrency, n)
+	}
+	cfg.scenarios = map[string]bool{}
+	for _, s := range strings.Split(scen, ",") {
+		s = strings.ToUpper(strings.TrimSpace(s))
+		if !slices.Contains([]string{"P1", "P2", "P3", "P4", "P5", "P6", "P7"}, s) {
+			return cfg, fmt.Errorf("-scenarios: unknown %q", s)
+		}
+		cfg.scenarios[s] = true
+	}
+	if cfg.n < 1 || cfg.rounds < 1 || cfg.cycles < 0 || cfg.cycleConcurrency < 1 || cfg.stageRounds < 1 ||
+		cfg.parallelVolumes < 1 || cfg.parallelConcurrency < 1 || cfg.parallelRounds < 1 || data < 1 || cfg.restoreRounds < 1 {
+		return cfg, errors.New("counts must be positive")
+	}
+	cfg.restoreData = data * mib
+	if sizeMiB < 1 || cycleMiB < 1 {
+		return cfg, errors.New("sizes must be positive")
+	}
+	cfg.size, cfg.cycleSize = sizeMiB*mib, cycleMiB*mib
+	return cfg, nil
+}
+
+func main() {
+	cfg, err := parseFlags()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, cfg))
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[%6.1fs] %s\n", time.Since(b.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func run(ctx context.Context, cfg benchConfig) int {
+	c, err := loadCluster()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	c.imageFeatures = cfg.imageFeatures
+	if cfg.cpuprofile != "" {
+		f, err := os.Create(cfg.cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 2
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 2
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	work, err := os.MkdirTemp("", "rbdcsi-bench-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	now := time.Now()
+	b := &bench{
+		cfg: cfg, c: c, work: work, runID: strconv.FormatInt(now.Unix()%100000, 36), led: newLedger(), start: now,
+		rep: &report{Started: now.Format(time.RFC3339), Details: map[string]any{}},
+	}
+	b.rep.Host = hostInfo(ctx, c)
+	b.rep.Config = map[string]any{
+		"n": cfg.n, "size_bytes": cfg.size, "cycle_size_bytes": cfg.cycleSize, "concurrency": cfg.concurrency, "rounds": cfg.rounds, "cycles": cfg.cycles,
+		"cycle_concurrency": cfg.cycleConcurrency, "stage_rounds": cfg.stageRounds,
+		"parallel_volumes": cfg.parallelVolumes, "parallel_concurrency": cfg.parallelConcurrency,
+		"parallel_rounds": cfg.parallelRounds, "restore_data_bytes": cfg.restoreData, "restore_rounds": cfg.restoreRounds,
+		"scenarios": keys(cfg.scenarios), "image_features": cfg.imageFeatures,
+	}
+	conns := rbd.NewConns(rbd.DefaultOptions())
+	defer conns.Close()
+	b.rawOps = &rawObserver{ops: opStats{}}
+	b.raw = rbd.NewBackend(conns, rbd.BackendOptions{Observer: b.rawOps})
+	b.watch = cpuWatch{pids: cephPIDs(c.Dir)}
+	b.watch.pids["bench"] = os.Getpid()
+	b.pool = rbd.Pool{MonHost: c.MonHost, Cred: config.Credentials{ID: c.CSIUser, Key: c.CSIKey}, Name: c.Pool}
+
+	b.stamp = now.Format("20060102-150405")
+	runErr := b.scenarios(ctx)
+	if runErr != nil {
+		b.logf("FAILED: %v", runErr)
+		b.rep.Error = runErr.Error()
+	}
+	b.rep.Leftovers = b.teardown(runErr != nil)
+	b.rep.DurationS = time.Since(now).Seconds()
+	b.rep.Host["load_end"] = loadAvg()
+	b.rep.Host["summary"] = fmt.Sprintf("%s; load average %s at the start, %s at the end", b.rep.Host["summary"], b.rep.Host["load_start"], b.rep.Host["load_end"])
+
+	fmt.Println()
+	fmt.Printf("rbdcsi benchmarks, %s (%s)\n\n", b.rep.Started, b.rep.Host["summary"])
+	b.rep.table(os.Stdout)
+	path, err := b.rep.write(cfg.out, b.stamp)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: writing results:", err)
+		return 1
+	}
+	fmt.Printf("\nresults: %s (and .md), %.0f s\n", path, b.rep.DurationS)
+	if len(b.rep.Leftovers) > 0 {
+		fmt.Printf("LEFT BEHIND (removed by hand): %s\n", strings.Join(b.rep.Leftovers, "; "))
+	}
+	if runErr != nil || len(b.rep.Leftovers) > 0 {
+		return 1
+	}
+	return 0
+}
+
+// scenarios runs what cfg selects, in an order that keeps the pool clean
+// for the reclaim checks: the controller scenarios first, the node ones
+// (which need a node plugin with the fuse mapper) last.
+func (b *bench) scenarios(ctx context.Context) error {
+	sc := b.cfg.scenarios
+	left, err := b.poolContents(ctx)
+	if err != nil {
+		return err
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("pool %s is not empty at the start (%s): the reclaim checks need a pool of their own", b.c.Pool, strings.Join(left, "; "))
+	}
+	ctrl := sc["P1"] || sc["P2"] || sc["P4"] || sc["P5"] || sc["P6"]
+	if ctrl {
+		// As deploy/kubernetes/controller.yaml runs it: --v=2 and metrics
+		// (startPlugin adds --metrics-address).
+		quiet, err := b.startPlugin("driver", "--mode", "controller", "--v", "2")
+		if err != nil {
+			return err
+		}
+		var verbose *plugin
+		if sc["P6"] {
+			if verbose, err = b.startPlugin("driver-v5", "--mode", "controller", "--v", "5"); err != nil {
+				return err
+			}
+		}
+		if err := b.warmRaw(ctx); err != nil {
+			return fmt.Errorf("raw baseline: %w", err)
+		}
+		for _, p := range []*plugin{quiet, verbose} {
+			if p != nil {
+				if err := b.warm(ctx, p); err != nil {
+					return err
+				}
+			}
+		}
+		time.Sleep(2 * time.Second)
+		idle, err := b.memSnapshot(ctx, quiet, "p5_idle")
+		if err != nil {
+			return err
+		}
+		b.logf("P5 idle after the first Ceph connection: VmRSS %.1f MiB (anonymous %.1f, mapped files %.1f)", idle.rssMiB(), kib(idle.AnonKiB), kib(idle.FileKiB))
+		if sc["P5"] {
+			b.rep.budget("P5", fmt.Sprintf("plugin RSS idle, after the first Ceph connection (anonymous %.1f MiB, mapped files %.1f MiB)", kib(idle.AnonKiB), kib(idle.FileKiB)),
+				"MiB", idle.rssMiB(), 40, "<= 40 MiB")
+		}
+		if sc["P1"] || sc["P2"] || sc["P6"] {
+			if err := b.runP1(ctx, quiet, verbose); err != nil {
+				return err
+			}
+		}
+		if sc["P5"] && b.cfg.cycles > 0 {
+			if err := b.runP5(ctx, quiet); err != nil {
+				return err
+			}
+		}
+		if sc["P4"] {
+			if err := b.runP4(ctx, quiet); err != nil {
+				return err
+			}
+		}
+	}
+	if sc["P3"] || sc["P7"] {
+		np, err := b.startPlugin("node", "--mode", "all", "--nodeid", "bench", "--default-mounter", "fuse",
+			"--state-dir", filepath.Join(b.work, "state"), "--v", "2")
+		if err != nil {
+			return err
+		}
+		if err := b.warmNode(ctx, np); err != nil {
+			return fmt.Errorf("warming up the node plugin: %w", err)
+		}
+		if sc["P3"] {
+			if err := b.runP3(ctx, np); err != nil {
+				return err
+			}
+		}
+		if sc["P7"] {
+			if err := b.runP7(ctx, np); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (b *bench) startPlugin(name string, args ...string) (*plugin, error) {
+	p, err := startPlugin(b.cfg.plugin, b.work, name, b.c, args...)
+	if err != nil {
+		return nil, err
+	}
+	b.plugins = append(b.plugins, p)
+	b.watch.pids["plugin-"+name] = p.pid()
+	b.logf("started plugin %s (pid %d): %s", name, p.pid(), strings.Join(args, " "))
+	return p, nil
+}
+
+func (b *bench) runP3(ctx context.Context, np *plugin) error {
+	b.logf("P3: stage + unstage, 1 GiB vs 1 TiB, ext4 and xfs (fuse mapper)")
+	runs, err := b.p3(ctx, np)
+	b.rep.Details["p3"] = runs
+	if err != nil {
+		return err
+	}
+	for _, fs := range []string{"ext4", "xfs"} {
+		var small, big, smallObj, bigObj []float64
+		for _, r := range runs {
+			if r.FS != fs {
+				continue
+			}
+			if r.Size == tib {
+				big, bigObj = append(big, r.StageS+r.UnstageS), append(bigObj, float64(r.Objects))
+			} else {
+				small, smallObj = append(small, r.StageS+r.UnstageS), append(smallObj, float64(r.Objects))
+			}
+		}
+		b.rep.compare("P3", fmt.Sprintf("%s stage + unstage: 1 TiB vs 1 GiB (median of %d; mkfs wrote %.0f vs %.0f RBD objects)", fs, b.cfg.stageRounds, median(bigObj), median(smallObj)),
+			"s", median(big), median(small), "1 GiB", 0, 1.2)
+	}
+	var delSmall, delBig []float64
+	for _, r := range runs {
+		if r.Size == tib {
+			delBig = append(delBig, r.DeleteS)
+		} else {
+			delSmall = append(delSmall, r.DeleteS)
+		}
+	}
+	b.rep.compare("P3", fmt.Sprintf("DeleteVolume after staging: 1 TiB vs 1 GiB (image features %s)", strings.Join(b.c.features(), ",")), "s", median(delBig), median(delSmall), "1 GiB", 0, 0)
+	return nil
+}
+
+func (b *bench) runP7(ctx context.Context, np *plugin) error {
+	b.logf("P7: %d volumes staged at concurrency 1 vs %d", b.cfg.parallelVolumes, b.cfg.parallelConcurrency)
+	runs, err := b.p7(ctx, np)
+	b.rep.Details["p7"] = runs
+	if err != nil {
+		return err
+	}
+	var serial, parallel, serialU, parallelU []float64
+	for _, r := range runs {
+		if r.Concurrency == 1 {
+			serial, serialU = append(serial, r.StageS), append(serialU, r.UnstageS)
+		} else {
+			parallel, parallelU = append(parallel, r.StageS), append(parallelU, r.UnstageS)
+		}
+	}
+	// The ratio is the speed-up: serial time / parallel time.
+	b.rep.Rows = append(b.rep.Rows, row{ID: "P7", Measure: fmt.Sprintf("stage %d volumes: c=%d vs c=1 (speed-up)", b.cfg.parallelVolumes, b.cfg.parallelConcurrency),
+		Unit: "s", Value: median(parallel), Ref: ptr(median(serial)), RefName: "c=1", Ratio: ptr(median(serial) / median(parallel)), Target: "(reported; 1.0 = serialised)"})
+	b.rep.Rows = append(b.rep.Rows, row{ID: "P7", Measure: fmt.Sprintf("unstage %d volumes: c=%d vs c=1 (speed-up)", b.cfg.parallelVolumes, b.cfg.parallelConcurrency),
+		Unit: "s", Value: median(parallelU), Ref: ptr(median(serialU)), RefName: "c=1", Ratio: ptr(median(serialU) / median(parallelU)), Target: "(reported; 1.0 = serialised)"})
+	return nil
+}
+
+func (b *bench) runP4(ctx context.Context, p *plugin) error {
+	b.logf("P4: restore from a snapshot, %d MiB written vs none", b.cfg.restoreData/mib)
+	res, err := b.p4(ctx, p)
+	b.rep.Details["p4"] = res
+	if err != nil {
+		return err
+	}
+	b.rep.compare("P4", fmt.Sprintf("restore from snapshot: %d MiB written vs empty (median of %d; copy-on-write: %v)", b.cfg.restoreData/mib, b.cfg.restoreRounds, res.AllCopyOnWrite),
+		"s", res.FullMedianS, res.EmptyMedianS, "empty", 0, 1.2)
+	return nil
+}
+
+func (b *bench) runP1(ctx context.Context, quiet, verbose *plugin) error {
+	b.logf("P1/P2/P6: %d creates then %d deletes per round, concurrency %v, %d rounds", b.cfg.n, b.cfg.n, b.cfg.concurrency, b.cfg.rounds)
+	var logBefore int64
+	if verbose != nil {
+		logBefore = verbose.logBytes()
+	}
+	runs, peak, sampled, err := b.p1(ctx, quiet, verbose)
+	b.rep.Details["p1"] = runs
+	if err != nil {
+		return err
+	}
+	pick := func(sideName string, c int, f func(provisionRun) float64) float64 {
+		var xs []float64
+		for _, r := range runs {
+			if r.Side == sideName && r.Concurrency == c {
+				xs = append(xs, f(r))
+			}
+		}
+		return median(xs)
+	}
+	// The ratio is the median of the rounds' ratios: within a round the
+	// sides ran back to back, so that slow drift of a shared machine's
+	// load cancels out.
+	ratio := func(side, ref string, c int, f func(provisionRun) float64) float64 {
+		by := map[int]map[string]float64{}
+		for _, r := range runs {
+			if r.Concurrency == c {
+				if by[r.Round] == nil {
+					by[r.Round] = map[string]float64{}
+				}
+				by[r.Round][r.Side] = f(r)
+			}
+		}
+		var xs []float64
+		for _, m := range by {
+			if m[ref] > 0 {
+				xs = append(xs, m[side]/m[ref])
+			}
+		}
+		return median(xs)
+	}
+	compare := func(id, measure string, c int, side, ref, refName string, f func(provisionRun) float64, atLeast float64) {
+		b.rep.compare(id, measure, "ops/s", pick(side, c, f), pick(ref, c, f), refName, atLeast, 0)
+		b.rep.Rows[len(b.rep.Rows)-1].Ratio = ptr(ratio(side, ref, c, f))
+		met := *b.rep.Rows[len(b.rep.Rows)-1].Ratio >= atLeast
+		b.rep.Rows[len(b.rep.Rows)-1].Met = &met
+	}
+	create := func(r provisionRun) float64 { return r.CreatePerSec }
+	reclaim := func(r provisionRun) float64 { return r.ReclaimPerSec }
+	sc := b.cfg.scenarios
+	for _, c := range b.cfg.concurrency {
+		if sc["P1"] {
+			compare("P1", fmt.Sprintf("CreateVolume, c=%d (N=%d, median of %d rounds)", c, b.cfg.n, b.cfg.rounds), c, "driver", "raw", "raw", create, 0.90)
+		}
+	}
+	for _, c := range b.cfg.concurrency {
+		if sc["P2"] {
+			compare("P2", fmt.Sprintf("DeleteVolume until reclaimed, c=%d", c), c, "driver", "raw", "raw", reclaim, 0.85)
+		}
+	}
+	// CPU per call of every process we started (plugin or this process,
+	// Ceph daemons): what the ratio would be on CPUs this workload alone
+	// saturates, whatever else the machine was running.
+	cpu := func(sideName string, f func(provisionRun) cpuUse) float64 {
+		var xs []float64
+		for _, r := range runs {
+			if r.Side != sideName {
+				continue
+			}
+			total := 0.0
+			for proc, ms := range f(r).MsPerOp {
+				if proc != "others" {
+					total += ms
+				}
+			}
+			xs = append(xs, total)
+		}
+		return median(xs)
+	}
+	b.rep.Details["p1_cpu_ms_per_call"] = map[string]float64{
+		"create_driver": cpu("driver", func(r provisionRun) cpuUse { return r.CreateCPU }),
+		"create_raw":    cpu("raw", func(r provisionRun) cpuUse { return r.CreateCPU }),
+		"delete_driver": cpu("driver", func(r provisionRun) cpuUse { return r.DeleteCPU }),
+		"delete_raw":    cpu("raw", func(r provisionRun) cpuUse { return r.DeleteCPU }),
+	}
+	if verbose != nil && sc["P6"] {
+		for _, c := range b.cfg.concurrency {
+			compare("P6", fmt.Sprintf("CreateVolume at --v=5 vs --v=2 (the manifests'), c=%d", c), c, "driver-v5", "driver", "--v=2", create, 0.9)
+		}
+		ops := int64(len(b.cfg.concurrency) * b.cfg.rounds * b.cfg.n * 2)
+		b.rep.Details["p6_log_bytes_per_call"] = float64(verbose.logBytes()-logBefore) / float64(ops)
+	}
+	if sc["P5"] {
+		top := slices.Max(b.cfg.concurrency)
+		b.rep.Details["p5_peak"] = map[string]any{"concurrency": top, "mem": peak, "sampled_max_rss_kib": sampled}
+		after, err := b.memSnapshot(ctx, quiet, "p5_after_p1")
+		if err != nil {
+			return err
+		}
+		b.rep.budget("P5", fmt.Sprintf("plugin peak RSS during P1 at c=%d (VmHWM; right after: anonymous %.1f MiB, mapped files %.1f MiB)", top, kib(after.AnonKiB), kib(after.FileKiB)),
+			"MiB", max(peak.hwmMiB(), float64(sampled)/1024), 60, "<= 60 MiB")
+	}
+	return nil
+}
+
+func (b *bench) runP5(ctx context.Context, p *plugin) error {
+	b.logf("P5: %d create/delete cycles at concurrency %d", b.cfg.cycles, b.cfg.cycleConcurrency)
+	before, err := readMem(p.pid())
+	if err != nil {
+		return err
+	}
+	points, took, err := b.p5cycles(ctx, p)
+	b.rep.Details["p5_cycles"] = map[string]any{"before": before, "checkpoints": points, "took_s": took.Seconds()}
+	if err != nil {
+		return err
+	}
+	time.Sleep(2 * time.Second)
+	if _, err := b.memSnapshot(ctx, p, "p5_after_cycles"); err != nil {
+		return err
+	}
+	// A leak grows with the cycles; the heap's and malloc arenas' way to
+	// their working size slows down. The verdict is on the second half of
+	// the cycles; the whole course is in the measure and the JSON.
+	first, mid, last := points[0], points[max(0, len(points)/2-1)], points[len(points)-1]
+	growth := last.rssMiB() - mid.rssMiB()
+	b.rep.budget("P5", fmt.Sprintf("RSS growth over create/delete cycles %d..%d (c=%d; %.1f MiB at %d, %.1f at %d, %.1f at %d; fds %d -> %d)",
+		mid.Cycles, last.Cycles, b.cfg.cycleConcurrency, first.rssMiB(), first.Cycles, mid.rssMiB(), mid.Cycles, last.rssMiB(), last.Cycles, first.FDs, last.FDs),
+		"MiB", growth, 1, "no growth (<= 1 MiB)")
+	return nil
+}
+
+// memSnapshot reads a plugin's memory three ways, for the report's
+// details under key: /proc status, the Go runtime's own figures from its
+// metrics, and the RSS by mapped file.
+func (b *bench) memSnapshot(ctx context.Context, p *plugin, key string) (memStat, error) {
+	m, err := readMem(p.pid())
+	if err != nil {
+		return m, err
+	}
+	snap := map[string]any{"status": m}
+	if g, err := scrapeGoMem(ctx, p.metricsAddr); err == nil {
+		snap["go"] = g
+	}
+	if maps, err := rssByMapping(p.pid()); err == nil {
+		snap["rss_by_mapping"] = maps[:min(len(maps), 12)]
+	}
+	b.rep.Details[key] = snap
+	return m, nil
+}
+
+func kib(n int64) float64 { return float64(n) / 1024 }
+
+// teardown removes everything the run made, stops the plugins and checks
+// that nothing is left on the node or in the pool. It returns what it had
+// to remove by other means than the plugin's own calls.
+func (b *bench) teardown(failed bool) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	left := b.led.cleanup(ctx, b.c, b.raw, b.pool)
+	for _, p := range b.plugins {
+		if !p.alive() {
+			left = append(left, fmt.Sprintf("plugin %s had exited: %s", p.name, p.tail(20)))
+		}
+		p.stop()
+		// Kept next to the results for a post-mortem of odd figures (the
+		// --v=5 one, megabytes, only when something failed).
+		if p.name != "driver-v5" || failed {
+			if data, err := os.ReadFile(p.logPath); err == nil && os.MkdirAll(b.cfg.out, 0o755) == nil {
+				_ = os.WriteFile(filepath.Join(b.cfg.out, fmt.Sprintf("bench-%s-%s.log", b.stamp, p.name)), data, 0o644)
+			}
+		}
+	}
+	for _, f := range forceCleanNode(b.work) {
+		left = append(left, "node: "+f)
+	}
+	if rest, err := b.poolContents(ctx); err != nil {
+		left = append(left, "checking the pool: "+err.Error())
+	} else if len(rest) > 0 {
+		left = append(left, "pool: "+strings.Join(rest, "; "))
+	}
+	// The plugin logs are in the results directory by now.
+	if mounts, fm, loops, pids := nodeLeftovers(b.work); b.cfg.keepWork || len(mounts)+len(fm)+len(loops)+len(pids) > 0 {
+		b.logf("work directory kept: %s", b.work)
+	} else {
+		_ = os.RemoveAll(b.work)
+	}
+	return left
+}
+
+// loadAvg is the 1-minute load average: how busy a shared machine was.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(string(b))[0]
+}
+
+func hostInfo(ctx context.Context, c cluster) map[string]any {
+	cmd := func(name string, args ...string) string {
+		out, err := exec.CommandContext(ctx, name, args...).Output()
+		if err != nil {
+			return ""
+		}
+		return strings.TrimSpace(string(out))
+	}
+	var memKiB int64
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		fmt.Sscanf(strings.TrimPrefix(strings.SplitN(string(b), "\n", 2)[0], "MemTotal:"), "%d", &memKiB)
+	}
+	ceph := cmd("ceph", "--version")
+	if f := strings.Fields(ceph); len(f) >= 3 {
+		ceph = f[2]
+	}
+	h := map[string]any{
+		"kernel": cmd("uname", "-r"), "cpus": runtime.NumCPU(), "mem_gib": float64(memKiB) / (1 << 20),
+		"ceph": ceph, "go": runtime.Version(), "git": cmd("git", "describe", "--tags", "--always", "--dirty"),
+		"cluster":    "1 mon, 1 memstore OSD, 1 mgr on loopback (scripts/ceph-cluster.sh)",
+		"load_start": loadAvg(),
+	}
+	h["summary"] = fmt.Sprintf("%d CPUs, %.0f GiB, kernel %s, Ceph %s, %s, %s", h["cpus"], h["mem_gib"], h["kernel"], ceph, h["go"], h["git"])
+	return h
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// row is one line of the table: a measured value, the reference it is
+// compared with (a baseline measured in the same run, or a fixed budget),
+// their ratio and the target.
+type row struct {
+	ID      string   `json:"id"`
+	Measure string   `json:"measure"`
+	Unit    string   `json:"unit"`
+	Value   float64  `json:"value"`
+	Ref     *float64 `json:"reference,omitempty"`
+	RefName string   `json:"reference_name,omitempty"`
+	Ratio   *float64 `json:"ratio,omitempty"`
+	Target  string   `json:"target"`
+	Met     *bool    `json:"met,omitempty"`
+}
+
+type report struct {
+	Started   string         `json:"started"`
+	DurationS float64        `json:"duration_s"`
+	Host      map[string]any `json:"host"`
+	Config    map[string]any `json:"config"`
+	Rows      []row          `json:"rows"`
+	Details   map[string]any `json:"details"`
+	Error     string         `json:"error,omitempty"`
+	Leftovers []string       `json:"leftovers,omitempty"`
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// compare adds a row value vs ref with ratio value/ref; atLeast/atMost is
+// the target on the ratio (0: none).
+func (r *report) compare(id, measure, unit string, value, ref float64, refName string, atLeast, atMost float64) {
+	rw := row{ID: id, Measure: measure, Unit: unit, Value: value, Ref: ptr(ref), RefName: refName}
+	if ref > 0 {
+		rw.Ratio = ptr(value / ref)
+	}
+	switch {
+	case atLeast > 0:
+		rw.Target = fmt.Sprintf(">= %.2f", atLeast)
+		rw.Met = ptr(rw.Ratio != nil && *rw.Ratio >= atLeast)
+	case atMost > 0:
+		rw.Target = fmt.Sprintf("<= %.2f", atMost)
+		rw.Met = ptr(rw.Ratio != nil && *rw.Ratio <= atMost)
+	default:
+		rw.Target = "(reported)"
+	}
+	r.Rows = append(r.Rows, rw)
+}
+
+// budget adds a row with an absolute target (value <= limit).
+func (r *report) budget(id, measure, unit string, value, limit float64, target string) {
+	rw := row{ID: id, Measure: measure, Unit: unit, Value: value, Target: target}
+	rw.Met = ptr(value <= limit)
+	r.Rows = append(r.Rows, rw)
+}
+
+func fmtVal(v float64, unit string) string {
+	switch unit {
+	case "ops/s":
+		return fmt.Sprintf("%.1f/s", v)
+	case "s":
+		if v < 10 {
+			return fmt.Sprintf("%.2f s", v)
+		}
+		return fmt.Sprintf("%.1f s", v)
+	case "MiB":
+		return fmt.Sprintf("%.1f MiB", v)
+	case "ms":
+		return fmt.Sprintf("%.1f ms", v)
+	}
+	return fmt.Sprintf("%.2f %s", v, unit)
+}
+
+// table writes the rows as a Markdown table.
+func (r *report) table(w io.Writer) {
+	fmt.Fprintln(w, "| | measure | driver | reference | ratio | target | |")
+	fmt.Fprintln(w, "|---|---|---:|---|---:|---|---|")
+	for _, rw := range r.Rows {
+		ref, ratio, met := "", "", ""
+		if rw.Ref != nil {
+			ref = fmtVal(*rw.Ref, rw.Unit)
+			if rw.RefName != "" {
+				ref += " " + rw.RefName
+			}
+		}
+		if rw.Ratio != nil {
+			ratio = fmt.Sprintf("%.2f", *rw.Ratio)
+		}
+		if rw.Met != nil {
+			met = map[bool]string{true: "met", false: "**missed**"}[*rw.Met]
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", rw.ID, rw.Measure, fmtVal(rw.Value, rw.Unit), ref, ratio, rw.Target, met)
+	}
+}
+
+// write stores the report as results/bench-<stamp>.json and the table as
+// results/bench-<stamp>.md; it returns the JSON path.
+func (r *report) write(dir, stamp string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "bench-"+stamp+".json")
+	if err := os.WriteFile(path, append(js, '\n'), 0o644); err != nil {
+		return "", err
+	}
+	var md strings.Builder
+	fmt.Fprintf(&md, "rbdcsi benchmarks, %s (%s)\n\n", r.Started, r.Host["summary"])
+	r.table(&md)
+	return path, os.WriteFile(filepath.Join(dir, "bench-"+stamp+".md"), []byte(md.String()), 0o644)
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
