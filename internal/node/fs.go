@@ -71,8 +71,10 @@ func mkfsArgs(fsType string, options []string, device string) (string, []string)
 		switch fsType {
 		case "ext4":
 			// No discard of a thin image (it is empty already), lazy
-			// inode table and journal init, no blocks reserved for root.
-			args = []string{"-m0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1"}
+			// inode table and journal init, no blocks reserved for root;
+			// -G 4096 packs the group metadata of large filesystems into
+			// few RBD objects (a 1 TiB mkfs touches 28 instead of 535).
+			args = []string{"-m0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1", "-G", "4096"}
 		case "xfs":
 			args = []string{"-K"} // no discard
 		}

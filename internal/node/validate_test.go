@@ -135,7 +135,7 @@ func TestParseBlkid(t *testing.T) {
 
 func TestMkfsAndGrowArgs(t *testing.T) {
 	name, args := mkfsArgs("ext4", nil, "/dev/loop0")
-	if name != "mkfs.ext4" || !slices.Equal(args, []string{"-m0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1", "/dev/loop0"}) {
+	if name != "mkfs.ext4" || !slices.Equal(args, []string{"-m0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1", "-G", "4096", "/dev/loop0"}) {
 		t.Errorf("ext4: %s %q", name, args)
 	}
 	name, args = mkfsArgs("xfs", nil, "/dev/rbd0")
