@@ -29,6 +29,7 @@ $(BIN): $(GO_SOURCES)
 lint:
 	@bad=$$(gofmt -l cmd internal e2e deploy); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
 	go vet ./...
+	go vet -tags=pacific,e2e_k8s ./e2e/k8s/
 
 unit:
 	go test -count=1 ./cmd/... ./internal/... ./deploy/...

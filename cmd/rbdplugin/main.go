@@ -43,6 +43,7 @@ type flags struct {
 	crashAt       string
 	metricsAddr   string
 	node          *nodeFlags
+	builtins      *builtinFlags
 }
 
 func parseFlags(args []string) (flags, error) {
@@ -62,6 +63,7 @@ func parseFlags(args []string) (flags, error) {
 	fs.StringVar(&f.metricsAddr, "metrics-address", "", "host:port to serve Prometheus metrics on, at /metrics (e.g. :9809); empty turns metrics off")
 	f.node = addNodeFlags(fs)
 	f.registry = addRegistryFlags(fs)
+	f.builtins = addBuiltinFlags(fs)
 	fs.StringVar(&f.crashAt, "test-crash-at", "", "for crash tests only: kill the plugin (SIGKILL) when an operation reaches this point")
 	kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(kfs)
@@ -189,6 +191,11 @@ func run(ctx context.Context, f flags) error {
 		return err
 	}
 	defer cleanup()
+	stopBuiltins, err := f.builtins.start(ctx, f) // kubelet registration, /healthz (health.go)
+	if err != nil {
+		return err
+	}
+	defer stopBuiltins()
 	klog.InfoS("serving", "driver", f.driverName, "version", version, "mode", f.mode, "endpoint", f.endpoint)
 	return driver.NewServer(services, interceptors...).Serve(ctx, l, f.grace)
 }

@@ -1,0 +1,165 @@
+package main
+
+// Built-in health endpoint: what the livenessprobe sidecar does, for
+// clusters where that sidecar cannot be had. Off by default; the manifests
+// in deploy/kubernetes keep the upstream sidecar.
+//
+// GET /healthz calls the plugin's own Identity Probe through its CSI
+// endpoint, as the sidecar does, so a wedged gRPC server fails it as well as
+// a failing health check: 200 "ok" when ready, 500 with the reason
+// otherwise.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/klog/v2"
+)
+
+// builtinFlags are the optional stand-ins for the node-driver-registrar
+// and livenessprobe sidecars.
+type builtinFlags struct {
+	registration *registrationFlags
+	health       *healthFlags
+}
+
+func addBuiltinFlags(fs *flag.FlagSet) *builtinFlags {
+	return &builtinFlags{registration: addRegistrationFlags(fs), health: addHealthFlags(fs)}
+}
+
+// start starts whichever built-ins are configured, once the CSI endpoint
+// listens; the returned function stops them and waits for them.
+func (b *builtinFlags) start(ctx context.Context, f flags) (stop func(), err error) {
+	if err := b.registration.validate(f.mode); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	waitHealth, err := b.health.start(ctx, f.endpoint)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	waitReg, err := b.registration.start(ctx, f.driverName)
+	if err != nil {
+		cancel()
+		waitHealth()
+		return nil, err
+	}
+	return func() { cancel(); waitReg(); waitHealth() }, nil
+}
+
+// healthFlags configure the built-in health endpoint.
+type healthFlags struct {
+	addr    string
+	timeout time.Duration
+}
+
+func addHealthFlags(fs *flag.FlagSet) *healthFlags {
+	h := &healthFlags{}
+	fs.StringVar(&h.addr, "health-address", "", "host:port to serve /healthz on without the livenessprobe sidecar (e.g. :9808): it calls Probe on the CSI endpoint. Empty: off")
+	fs.DurationVar(&h.timeout, "health-probe-timeout", 3*time.Second, "bound on one Probe call of /healthz")
+	return h
+}
+
+// start serves /healthz on --health-address until ctx ends; the returned
+// function waits for the server to stop. Off when the address is empty.
+func (h *healthFlags) start(ctx context.Context, endpoint string) (wait func(), err error) {
+	if h.addr == "" {
+		return func() {}, nil
+	}
+	l, err := net.Listen("tcp", h.addr)
+	if err != nil {
+		return nil, fmt.Errorf("--health-address: %w", err)
+	}
+	wait, err = serveHealth(ctx, l, endpoint, h.timeout)
+	if err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	return wait, nil
+}
+
+// serveHealth serves /healthz on l, probing the CSI endpoint, until ctx
+// ends; the returned function waits for the server to stop.
+func serveHealth(ctx context.Context, l net.Listener, endpoint string, timeout time.Duration) (wait func(), err error) {
+	target, err := grpcTarget(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("--health-address: %w", err)
+	}
+	srv := &http.Server{Handler: healthHandler(csi.NewIdentityClient(conn), timeout), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.ErrorS(err, "health server stopped")
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		_ = conn.Close()
+	}()
+	klog.InfoS("serving health", "address", l.Addr().String(), "path", "/healthz", "probes", endpoint)
+	return func() { <-done }, nil
+}
+
+// healthHandler answers /healthz with the outcome of one Probe call.
+func healthHandler(identity csi.IdentityClient, timeout time.Duration) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		defer cancel()
+		resp, err := identity.Probe(ctx, &csi.ProbeRequest{})
+		switch {
+		case err != nil:
+			klog.V(2).InfoS("health check failed", "err", err)
+			http.Error(w, "probe failed: "+err.Error(), http.StatusInternalServerError)
+		case resp.GetReady() != nil && !resp.GetReady().GetValue():
+			// CSI: a missing "ready" means ready; an explicit false does not.
+			http.Error(w, "plugin not ready", http.StatusInternalServerError)
+		default:
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = w.Write([]byte("ok"))
+		}
+	})
+	return mux
+}
+
+// grpcTarget turns a CSI endpoint (unix:///path or tcp://host:port) into a
+// gRPC dial target.
+func grpcTarget(endpoint string) (string, error) {
+	scheme, addr, ok := strings.Cut(endpoint, "://")
+	if !ok || addr == "" {
+		return "", fmt.Errorf("endpoint %q: want unix:///path or tcp://host:port", endpoint)
+	}
+	switch scheme {
+	case "unix":
+		return "unix://" + addr, nil
+	case "tcp":
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return "", fmt.Errorf("endpoint %q: %w", endpoint, err)
+		}
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			host = "localhost"
+		}
+		return "passthrough:///" + net.JoinHostPort(host, port), nil
+	default:
+		return "", fmt.Errorf("endpoint %q: scheme %q is not unix or tcp", endpoint, scheme)
+	}
+}

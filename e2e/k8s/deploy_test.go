@@ -1,0 +1,103 @@
+//go:build e2e_k8s
+
+package k8s
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+)
+
+// TestDriverDeployed: what `kubectl apply -k deploy/e2e` brought up works
+// without the node-driver-registrar and livenessprobe sidecars: the node
+// plugin registered itself with kubelet (the CSINode lists the driver with
+// the node's ID), and the built-in /healthz of both plugins answers, as the
+// pods' liveness probes see it.
+func TestDriverDeployed(t *testing.T) {
+	e := loadEnv(t)
+	k := &kube{t: t, e: e}
+
+	var csiNode storagev1.CSINode
+	if !k.get(&csiNode, "csinode", e.nodeName) {
+		t.Fatalf("no CSINode for %s", e.nodeName)
+	}
+	found := false
+	for _, d := range csiNode.Spec.Drivers {
+		if d.Name == driverName {
+			found = true
+			if d.NodeID != e.nodeName {
+				t.Errorf("CSINode %s: driver %s has node ID %q, want %q", e.nodeName, driverName, d.NodeID, e.nodeName)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("CSINode %s does not list %s: the built-in kubelet registration did not happen", e.nodeName, driverName)
+	}
+	if _, err := os.Stat("/var/lib/kubelet/plugins_registry/" + driverName + "-reg.sock"); err != nil {
+		t.Errorf("registration socket: %v", err)
+	}
+
+	// The plugins run in the host network: their health ports are on the
+	// node's address.
+	nodeIP := os.Getenv("E2E_NODE_IP")
+	client := &http.Client{Timeout: 10 * time.Second}
+	for what, port := range map[string]string{"controller": "9808", "node": "9818"} {
+		resp, err := client.Get("http://" + nodeIP + ":" + port + "/healthz")
+		if err != nil {
+			t.Errorf("%s /healthz: %v", what, err)
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != "ok" {
+			t.Errorf("%s /healthz: %d %q", what, resp.StatusCode, body)
+		}
+	}
+
+	// No sidecar of the base manifests is missing but the two stood in for.
+	var pods corev1.PodList
+	k.get(&pods, "pods", "--namespace", "rbdcsi")
+	want := map[string][]string{
+		"controller": {"rbdplugin", "csi-provisioner", "csi-attacher", "csi-resizer", "csi-snapshotter"},
+		"node":       {"rbdplugin"},
+	}
+	for _, p := range pods.Items {
+		component := p.Labels["app.kubernetes.io/component"]
+		var names []string
+		for _, c := range p.Spec.Containers {
+			names = append(names, c.Name)
+		}
+		if strings.Join(names, ",") != strings.Join(want[component], ",") {
+			t.Errorf("pod %s (%s) runs %v, want %v", p.Name, component, names, want[component])
+		}
+		for _, c := range p.Status.ContainerStatuses {
+			if !c.Ready {
+				t.Errorf("pod %s: container %s not ready", p.Name, c.Name)
+			}
+		}
+	}
+}
+
+// checkDriverNotRestarted fails t if a driver container restarted (a
+// failing liveness probe, a crash) during the run.
+func checkDriverNotRestarted(t *testing.T, k *kube) {
+	t.Helper()
+	var pods corev1.PodList
+	k.get(&pods, "pods", "--namespace", "rbdcsi")
+	if len(pods.Items) == 0 {
+		t.Error("no driver pods in namespace rbdcsi")
+	}
+	for _, p := range pods.Items {
+		for _, c := range p.Status.ContainerStatuses {
+			if c.RestartCount != 0 {
+				t.Errorf("pod %s: container %s restarted %d times during the run", p.Name, c.Name, c.RestartCount)
+			}
+		}
+	}
+}

@@ -1,0 +1,292 @@
+//go:build e2e_k8s
+
+package k8s
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// TestFilesystemPersists: a Filesystem PVC (ext4, xfs) is provisioned and
+// bound; a pod writes a file; the pod is deleted (unpublish, unstage,
+// detach); a new pod on the node reads the file back.
+func TestFilesystemPersists(t *testing.T) {
+	for _, fs := range []string{"ext4", "xfs"} {
+		t.Run(fs, func(t *testing.T) {
+			k := newKube(t, "fs-"+fs)
+			tok := token(t)
+			// xfsprogs refuses filesystems under 300 MB.
+			k.createPVC(pvcOpts{name: "data", class: "rbdcsi-" + fs, size: "512Mi"})
+			pv := k.waitBound("data")
+			img := imageOf(t, pv)
+			if !strings.Contains(ceph(t, k.e, "rbd", "ls", "-p", pool), img) {
+				t.Fatalf("image %s of PV %s is not in pool %s", img, pv.Name, pool)
+			}
+
+			k.createPod(podOpts{name: "writer", pvc: "data"})
+			k.waitRunning("writer")
+			if mounts := k.mustExec("writer", "grep ' /data ' /proc/mounts"); !strings.Contains(mounts, " "+fs+" ") {
+				t.Fatalf("/data is not %s: %s", fs, mounts)
+			}
+			k.mustExec("writer", fmt.Sprintf("echo %s > /data/hello && mkdir -p /data/dir && echo nested > /data/dir/f && sync", tok))
+			k.deletePod("writer")
+
+			k.createPod(podOpts{name: "reader", pvc: "data"})
+			k.waitRunning("reader")
+			if got := strings.TrimSpace(k.mustExec("reader", "cat /data/hello")); got != tok {
+				t.Fatalf("new pod read %q, want %q", got, tok)
+			}
+			if got := strings.TrimSpace(k.mustExec("reader", "cat /data/dir/f")); got != "nested" {
+				t.Fatalf("new pod read %q from /data/dir/f", got)
+			}
+			// The data is in the image, not in some cache of the node.
+			if du := ceph(t, k.e, "rbd", "du", "-p", pool, img); !strings.Contains(du, img) {
+				t.Fatalf("rbd du: %s", du)
+			}
+		})
+	}
+}
+
+// TestBlockVolume: a Block PVC is handed to a pod as a device; raw bytes
+// written at an offset are read back, also by a later pod.
+func TestBlockVolume(t *testing.T) {
+	k := newKube(t, "block")
+	tok := "rbdcsi-block-" + token(t)
+	k.createPVC(pvcOpts{name: "raw", class: "rbdcsi-block", size: "128Mi", block: true})
+	k.waitBound("raw")
+
+	k.createPod(podOpts{name: "writer", pvc: "raw", block: true})
+	k.waitRunning("writer")
+	k.mustExec("writer", "test -b /dev/xvda")
+	size := strings.TrimSpace(k.mustExec("writer", "blockdev --getsize64 /dev/xvda"))
+	if n, err := strconv.ParseInt(size, 10, 64); err != nil || n < 128<<20 {
+		t.Fatalf("device size %q, want at least 128 MiB", size)
+	}
+	// Never formatted: a fresh block volume reads back zeroes.
+	if z := strings.TrimSpace(k.mustExec("writer", "dd if=/dev/xvda bs=4096 count=16 2>/dev/null | tr -d '\\000' | wc -c")); z != "0" {
+		t.Fatalf("a new block volume is not zeroed at the start: %s non-zero bytes", z)
+	}
+	k.mustExec("writer", fmt.Sprintf("printf '%%s' %s | dd of=/dev/xvda bs=4096 seek=1000 conv=notrunc,fsync 2>/dev/null", tok))
+	read := fmt.Sprintf("dd if=/dev/xvda bs=4096 skip=1000 count=1 2>/dev/null | head -c %d", len(tok))
+	if got := k.mustExec("writer", read); got != tok {
+		t.Fatalf("read back %q, want %q", got, tok)
+	}
+	k.deletePod("writer")
+
+	k.createPod(podOpts{name: "reader", pvc: "raw", block: true})
+	k.waitRunning("reader")
+	if got := k.mustExec("reader", read); got != tok {
+		t.Fatalf("a new pod read %q, want %q", got, tok)
+	}
+}
+
+// TestSnapshotRestoreClone: a VolumeSnapshot of a written, mounted PVC
+// becomes readyToUse; the source moves on; a PVC restored from the snapshot
+// sees the snapshot-time data, a PVC cloned from the source sees the
+// current data; after the source PVC is deleted, a restore still works.
+func TestSnapshotRestoreClone(t *testing.T) {
+	k := newKube(t, "snap")
+	k.createPVC(pvcOpts{name: "src", class: "rbdcsi-ext4", size: "256Mi"})
+	k.waitBound("src")
+	k.createPod(podOpts{name: "src-pod", pvc: "src"})
+	k.waitRunning("src-pod")
+	k.mustExec("src-pod", "echo v1 > /data/state && sync")
+
+	k.apply(`
+apiVersion: snapshot.storage.k8s.io/v1
+kind: VolumeSnapshot
+metadata:
+  name: snap1
+spec:
+  volumeSnapshotClassName: rbdcsi-snapclass
+  source:
+    persistentVolumeClaimName: src
+`)
+	k.waitSnapshotReady("snap1")
+
+	// The source moves on.
+	k.mustExec("src-pod", "echo v2 > /data/state && sync")
+
+	k.createPVC(pvcOpts{name: "restored", class: "rbdcsi-ext4", size: "256Mi", dataSource: "VolumeSnapshot/snap1"})
+	k.createPVC(pvcOpts{name: "clone", class: "rbdcsi-ext4", size: "256Mi", dataSource: "PersistentVolumeClaim/src"})
+	k.waitBound("restored")
+	k.waitBound("clone")
+	k.createPod(podOpts{name: "restored-pod", pvc: "restored"})
+	k.createPod(podOpts{name: "clone-pod", pvc: "clone"})
+	k.waitRunning("restored-pod")
+	k.waitRunning("clone-pod")
+	if got := strings.TrimSpace(k.mustExec("restored-pod", "cat /data/state")); got != "v1" {
+		t.Errorf("restored volume reads %q, want the snapshot-time v1", got)
+	}
+	if got := strings.TrimSpace(k.mustExec("clone-pod", "cat /data/state")); got != "v2" {
+		t.Errorf("cloned volume reads %q, want the clone-time v2", got)
+	}
+	if got := strings.TrimSpace(k.mustExec("src-pod", "cat /data/state")); got != "v2" {
+		t.Errorf("source reads %q, want v2", got)
+	}
+	// Independent copies: writing the restore changes neither the source
+	// nor the clone.
+	k.mustExec("restored-pod", "echo v3 > /data/state && sync")
+	if got := strings.TrimSpace(k.mustExec("src-pod", "cat /data/state")); got != "v2" {
+		t.Errorf("source reads %q after writing the restore, want v2", got)
+	}
+	if got := strings.TrimSpace(k.mustExec("clone-pod", "cat /data/state")); got != "v2" {
+		t.Errorf("clone reads %q after writing the restore, want v2", got)
+	}
+
+	// Delete the source PVC first; its snapshot stays restorable.
+	k.deletePod("src-pod")
+	k.must("delete", "pvc", "src", "--wait=true", "--timeout=3m")
+	k.createPVC(pvcOpts{name: "restored-late", class: "rbdcsi-ext4", size: "256Mi", dataSource: "VolumeSnapshot/snap1"})
+	k.waitBound("restored-late")
+	k.createPod(podOpts{name: "late-pod", pvc: "restored-late"})
+	k.waitRunning("late-pod")
+	if got := strings.TrimSpace(k.mustExec("late-pod", "cat /data/state")); got != "v1" {
+		t.Errorf("volume restored after the source's deletion reads %q, want v1", got)
+	}
+}
+
+func (k *kube) waitSnapshotReady(name string) {
+	k.t.Helper()
+	var snap struct {
+		Status *struct {
+			ReadyToUse                     *bool   `json:"readyToUse"`
+			BoundVolumeSnapshotContentName *string `json:"boundVolumeSnapshotContentName"`
+			Error                          *struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		} `json:"status"`
+	}
+	eventually(k.t, volumeWait, "VolumeSnapshot "+name+" readyToUse", func() (bool, string) {
+		if !k.get(&snap, "volumesnapshot", name) || snap.Status == nil {
+			return false, "no status"
+		}
+		if snap.Status.Error != nil {
+			return false, "error: " + snap.Status.Error.Message
+		}
+		return snap.Status.ReadyToUse != nil && *snap.Status.ReadyToUse, "not ready"
+	})
+	var content struct {
+		Status *struct {
+			SnapshotHandle *string `json:"snapshotHandle"`
+		} `json:"status"`
+	}
+	if !k.get(&content, "volumesnapshotcontent", *snap.Status.BoundVolumeSnapshotContentName) ||
+		content.Status == nil || content.Status.SnapshotHandle == nil || !strings.HasPrefix(*content.Status.SnapshotHandle, "s1:") {
+		k.t.Fatalf("VolumeSnapshotContent of %s has no snapshot handle of this driver", name)
+	}
+}
+
+// TestOnlineExpansion: growing a bound PVC that a running pod has mounted
+// grows the filesystem the pod sees, without restarting the pod. (ext4 on a
+// machine whose root lacks CAP_SYS_RESOURCE, as ours: grown at the next
+// stage instead, see below.)
+func TestOnlineExpansion(t *testing.T) {
+	for _, fs := range []string{"ext4", "xfs"} {
+		t.Run(fs, func(t *testing.T) {
+			k := newKube(t, "expand-"+fs)
+			k.createPVC(pvcOpts{name: "grow", class: "rbdcsi-" + fs, size: "512Mi"})
+			pv := k.waitBound("grow")
+			k.createPod(podOpts{name: "app", pvc: "grow"})
+			before := k.waitRunning("app")
+			k.mustExec("app", "echo kept > /data/kept && sync")
+			dfKB := func() int64 {
+				out := k.mustExec("app", "df -k /data | tail -n 1")
+				f := strings.Fields(out)
+				if len(f) < 2 {
+					t.Fatalf("df: %q", out)
+				}
+				n, err := strconv.ParseInt(f[1], 10, 64)
+				if err != nil {
+					t.Fatalf("df: %q", out)
+				}
+				return n
+			}
+			initial := dfKB()
+			k.resizePVC("grow", "1Gi")
+			grown := func() (bool, string) {
+				n := dfKB()
+				// More than the old volume could hold: it grew.
+				return n > 600*1024, fmt.Sprintf("%d KiB (was %d); PVC: %s", n, initial, lastEvent(k, "pvc", "grow"))
+			}
+			if fs == "ext4" && !hostHasCapSysResource(t) {
+				// The kernel grows a mounted ext4 only for CAP_SYS_RESOURCE,
+				// which not even root has on our VMs: the driver says so
+				// (FailedPrecondition) and grows the filesystem at the next
+				// stage. Prove that instead, and say what was not proven.
+				t.Log("no CAP_SYS_RESOURCE on this machine: online ext4 growth is impossible here; checking the offline path (grown at the next stage)")
+				eventually(t, volumeWait, "NodeExpandVolume to report the missing capability", func() (bool, string) {
+					out := k.must("get", "pvc", "grow", "-o", "jsonpath={.status}")
+					return strings.Contains(out, "CAP_SYS_RESOURCE") || strings.Contains(out, "NodeResizeInfeasible"), out
+				})
+				k.deletePod("app")
+				k.createPod(podOpts{name: "app", pvc: "grow"})
+				k.waitRunning("app")
+				eventually(t, volumeWait, "the new pod's df to show the new size", grown)
+			} else {
+				eventually(t, volumeWait, "the pod's df to show the new size", grown)
+				after := k.waitRunning("app")
+				if after.UID != before.UID || restarts(after) != 0 {
+					t.Fatalf("the pod was replaced or restarted (uid %s -> %s, restarts %d)", before.UID, after.UID, restarts(after))
+				}
+			}
+			if got := strings.TrimSpace(k.mustExec("app", "cat /data/kept")); got != "kept" {
+				t.Fatalf("after expansion /data/kept reads %q", got)
+			}
+			want := mustQuantity(t, "1Gi")
+			eventually(t, shortWait, "the PVC's status capacity", func() (bool, string) {
+				var c struct {
+					Status struct {
+						Capacity map[string]string `json:"capacity"`
+					} `json:"status"`
+				}
+				k.get(&c, "pvc", "grow")
+				got := c.Status.Capacity["storage"]
+				if got == "" {
+					return false, "no capacity"
+				}
+				q := mustQuantity(t, got)
+				return q.Cmp(want) >= 0, got
+			})
+			info := ceph(t, k.e, "rbd", "info", "-p", pool, imageOf(t, pv))
+			if !strings.Contains(info, "size 1 GiB") {
+				t.Fatalf("rbd info after expansion: %s", info)
+			}
+		})
+	}
+}
+
+// hostHasCapSysResource: whether root here may grow a mounted ext4 (the
+// node plugin, privileged, has the host's bounding set).
+func hostHasCapSysResource(t *testing.T) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapBnd:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatalf("CapBnd %q: %v", v, err)
+			}
+			const capSysResource = 24
+			return caps&(1<<capSysResource) != 0
+		}
+	}
+	t.Fatal("no CapBnd in /proc/self/status")
+	return false
+}
+
+func restarts(p corev1.Pod) int32 {
+	var n int32
+	for _, c := range p.Status.ContainerStatuses {
+		n += c.RestartCount
+	}
+	return n
+}

@@ -1,0 +1,85 @@
+//go:build e2e_k8s
+
+package k8s
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestZZCleanupLeavesNothing runs last (file and name order): with every
+// test namespace gone (pods, snapshots, claims deleted through the driver),
+// the pool holds no image, no snapshot, nothing in the trash, and the node
+// has no CSI mount, no loop device over an rbd-fuse file, no rbd-fuse
+// process and no state record left.
+func TestZZCleanupLeavesNothing(t *testing.T) {
+	e := loadEnv(t)
+	k := &kube{t: t, e: e}
+	if _, err := k.run(10*time.Minute, "", "delete", "namespace", "-l", "rbdcsi-e2e=test", "--wait=true", "--timeout=8m"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, volumeWait, "every PersistentVolume and VolumeSnapshotContent gone", func() (bool, string) {
+		out := k.must("get", "pv,volumesnapshotcontents,volumeattachments", "-o", "name")
+		return strings.TrimSpace(out) == "", out
+	})
+
+	// Ceph: RBD deletes are synchronous here (no trash purge schedule), but
+	// a deleted volume that still had dependents is reclaimed with its last
+	// dependent: allow a moment.
+	eventually(t, shortWait, "an empty pool", func() (bool, string) {
+		images := strings.TrimSpace(ceph(t, e, "rbd", "ls", "-l", "-p", pool))
+		trash := strings.TrimSpace(ceph(t, e, "rbd", "trash", "ls", "--all", "-p", pool))
+		return images == "" && trash == "", "images: " + images + "; trash: " + trash
+	})
+	// No object of an image either (header, id, data, object map).
+	for _, obj := range strings.Fields(ceph(t, e, "rados", "-p", pool, "ls")) {
+		for _, prefix := range []string{"rbd_header.", "rbd_id.", "rbd_data.", "rbd_object_map."} {
+			if strings.HasPrefix(obj, prefix) {
+				t.Errorf("object %q of an image left in pool %s", obj, pool)
+			}
+		}
+	}
+
+	// The node.
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if strings.Contains(line, "kubernetes.io/csi") || strings.Contains(line, "kubernetes.io~csi") ||
+			strings.Contains(line, stateDirHost) || strings.Contains(line, "rbd-fuse") {
+			t.Errorf("mount left on the node: %s", line)
+		}
+	}
+	out, err := exec.Command("losetup", "-a").CombinedOutput()
+	if err != nil {
+		t.Fatalf("losetup -a: %v: %s", err, out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if strings.Contains(line, stateDirHost) {
+			t.Errorf("loop device left on the node: %s", line)
+		}
+	}
+	if out, _ := exec.Command("pgrep", "-a", "rbd-fuse").Output(); len(out) > 0 {
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if strings.Contains(line, stateDirHost) || strings.Contains(line, e.cephConf) {
+				t.Errorf("rbd-fuse process left: %s", line)
+			}
+		}
+	}
+	// And the driver itself never restarted (crash, liveness probe).
+	checkDriverNotRestarted(t, k)
+
+	// The node plugin's state records (DaemonSet hostPath).
+	if entries, err := os.ReadDir(stateDirHost); err == nil {
+		for _, d := range entries {
+			sub, _ := os.ReadDir(stateDirHost + "/" + d.Name())
+			if !d.IsDir() || len(sub) > 0 {
+				t.Errorf("state left in %s: %s", stateDirHost, d.Name())
+			}
+		}
+	}
+}

@@ -1,0 +1,401 @@
+#!/usr/bin/env bash
+# k8s-build.sh: builds (or reuses from the cache) everything the Kubernetes
+# end-to-end test needs, from Go modules and Debian packages only (no
+# container registry, no Docker engine):
+#
+#   - Kubernetes v1.37.1: kube-apiserver, kube-controller-manager,
+#     kube-scheduler, kubelet, kube-proxy, kubectl (a scratch module, since
+#     k8s.io/kubernetes cannot be `go install`ed: it replaces its staging repos)
+#   - the kubernetes-csi sidecars: csi-provisioner v6.3.0, csi-attacher
+#     v4.13.0, csi-resizer v2.3.0, csi-snapshotter and snapshot-controller
+#     v8.7.0; the VolumeSnapshot CRDs of external-snapshotter's client module
+#   - crane (go-containerregistry) to pack OCI images
+#   - OCI image tarballs: pause (sandbox), busybox (test pods, Debian's
+#     busybox-static), one per sidecar (static binary, no base), and the
+#     plugin (a debootstrap'ed Debian rootfs with build/Dockerfile's runtime
+#     packages plus bin/rbdplugin)
+#
+#   k8s-build.sh [all|deps|kube|sidecars|tools|images|plugin-image]   (default: all)
+#
+# Everything lands in $RBDCSI_E2E_CACHE (default /var/cache/rbdcsi-e2e),
+# outside the repository; a second run only rebuilds the plugin image. Each
+# artefact has a stamp recording what it was built from.
+set -euo pipefail
+
+readonly PROG=${0##*/}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+readonly ROOT
+CACHE=${RBDCSI_E2E_CACHE:-/var/cache/rbdcsi-e2e}
+readonly CACHE
+readonly BIN=$CACHE/bin IMAGES=$CACHE/images SRC=$CACHE/src
+
+readonly KUBE_VERSION=v1.37.1
+readonly STAGING_VERSION=v0.37.1
+readonly PROVISIONER_VERSION=v6.3.0
+readonly ATTACHER_VERSION=v4.13.0
+readonly RESIZER_VERSION=v2.3.0
+readonly SNAPSHOTTER_VERSION=v8.7.0
+readonly CRANE_VERSION=v0.22.1
+# Image references the e2e overlay (deploy/e2e) and the test pods use. Local
+# only: pods run them with imagePullPolicy Never.
+readonly PAUSE_IMAGE=localhost/rbdcsi-e2e/pause:3.10
+readonly BUSYBOX_IMAGE=localhost/rbdcsi-e2e/busybox:1.35
+readonly PLUGIN_IMAGE=localhost/rbdcsi-e2e/rbdplugin:e2e
+# Debian mirror for debootstrap: the one apt already uses on this machine.
+DEBIAN_MIRROR=${DEBIAN_MIRROR:-}
+
+# The Go builds here are not the plugin's: no pacific tag, static binaries.
+export GOFLAGS="-buildvcs=false -trimpath" CGO_ENABLED=0 GOTOOLCHAIN=local
+
+log() { echo "$PROG: $*" >&2; }
+die() {
+	log "$*"
+	exit 1
+}
+now() { date +%s; }
+
+# stamp NAME KEY: true if $BIN/.NAME.stamp records KEY (and the outputs exist).
+fresh() {
+	local f
+	[[ -f $CACHE/stamps/$1 && $(<"$CACHE/stamps/$1") == "$2" ]] || return 1
+	shift 2
+	for f in "$@"; do [[ -e $f ]] || return 1; done
+}
+stamp() {
+	mkdir -p "$CACHE/stamps"
+	echo "$2" >"$CACHE/stamps/$1"
+}
+
+# moddir MOD@VER: the module's directory in the module cache (downloads it).
+moddir() {
+	local out
+	out=$(cd "$CACHE" && go mod download -json "$1") || die "go mod download $1 failed: $out"
+	sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p' <<<"$out"
+}
+
+# --- host packages ---------------------------------------------------------------
+
+# What the node needs beyond `make deps`: etcd, containerd + runc, CNI
+# plugins, iptables/conntrack (kube-proxy), debootstrap (the plugin image's
+# rootfs), busybox-static (the test pods' image), openssl and curl.
+readonly E2E_PACKAGES=(etcd-server containerd runc containernetworking-plugins iptables conntrack
+	debootstrap busybox-static openssl curl)
+
+install_packages() {
+	local p missing=()
+	for p in "${E2E_PACKAGES[@]}"; do
+		dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+	done
+	((${#missing[@]})) || return 0
+	[[ $(id -u) == 0 ]] || die "missing packages (${missing[*]}); run as root"
+	log "installing: ${missing[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# --- Kubernetes ---------------------------------------------------------------
+
+readonly KUBE_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+
+build_kube() {
+	local key t0 kdir mod=$SRC/kubernetes c outs=()
+	key="kubernetes $KUBE_VERSION $(go env GOVERSION)"
+	for c in "${KUBE_CMDS[@]}"; do outs+=("$BIN/$c"); done
+	if fresh kubernetes "$key" "${outs[@]}"; then
+		log "Kubernetes $KUBE_VERSION: cached"
+		return
+	fi
+	t0=$(now)
+	kdir=$(moddir "k8s.io/kubernetes@$KUBE_VERSION")
+	rm -rf "$mod"
+	mkdir -p "$mod" "$BIN"
+	{
+		echo "module rbdcsi.local/kubernetes-build"
+		echo
+		echo "go $(sed -n 's/^go //p' "$kdir/go.mod")"
+		echo
+		echo "require k8s.io/kubernetes $KUBE_VERSION"
+		echo
+		# Each of k8s.io/kubernetes' ./staging replaces, pointed at the
+		# published staging module of the same release.
+		sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#replace \1 => \1 '"$STAGING_VERSION"'#p' "$kdir/go.mod"
+	} >"$mod/go.mod"
+	(($(grep -c '^replace' "$mod/go.mod") >= 30)) || die "found too few staging replaces in $kdir/go.mod"
+	{
+		echo "//go:build tools"
+		echo
+		echo "package tools"
+		echo
+		echo "import ("
+		for c in "${KUBE_CMDS[@]}"; do echo "	_ \"k8s.io/kubernetes/cmd/$c\""; done
+		echo ")"
+	} >"$mod/tools.go"
+	(cd "$mod" && go mod tidy) || die "go mod tidy of the Kubernetes scratch module failed"
+	local ver="k8s.io/component-base/version" ld
+	ld="-s -w -X $ver.gitVersion=$KUBE_VERSION -X $ver.gitMajor=1 -X $ver.gitMinor=37 -X $ver.gitTreeState=clean"
+	ld+=" -X $ver.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	ld+=" -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION"
+	for c in "${KUBE_CMDS[@]}"; do
+		log "building $c $KUBE_VERSION"
+		rm -f "$BIN/$c.tmp"
+		(cd "$mod" && go build -ldflags "$ld" -o "$BIN/$c.tmp" "k8s.io/kubernetes/cmd/$c") || die "building $c failed"
+		mv "$BIN/$c.tmp" "$BIN/$c"
+	done
+	stamp kubernetes "$key"
+	log "Kubernetes $KUBE_VERSION built in $(($(now) - t0)) s"
+}
+
+# --- sidecars -------------------------------------------------------------------
+
+# build_sidecar NAME MOD VERSION CMD...: copy the module out of the module
+# cache (its replace directives rule out `go install`) and build its cmds.
+build_sidecar() {
+	local name=$1 mod=$2 version=$3 t0 dir c outs=() ld
+	shift 3
+	for c in "$@"; do outs+=("$BIN/$c"); done
+	if fresh "$name" "$mod@$version $(go env GOVERSION)" "${outs[@]}"; then
+		log "$name $version: cached"
+		return
+	fi
+	t0=$(now)
+	dir=$SRC/$name
+	rm -rf "$dir"
+	mkdir -p "$SRC" "$BIN"
+	cp -r "$(moddir "$mod@$version")" "$dir"
+	chmod -R u+w "$dir"
+	if [[ $name == external-snapshotter ]]; then
+		# Its ./client replace points into the repository, not the module:
+		# use the published client module of the same release.
+		(cd "$dir" && go mod edit -replace "github.com/kubernetes-csi/external-snapshotter/client/v8=github.com/kubernetes-csi/external-snapshotter/client/v8@$version")
+	fi
+	ld="-s -w -X main.version=$version"
+	for c in "$@"; do
+		log "building $c $version"
+		rm -f "$BIN/$c.tmp"
+		(cd "$dir" && go build -mod=mod -ldflags "$ld" -o "$BIN/$c.tmp" "./cmd/$c") || die "building $c failed"
+		mv "$BIN/$c.tmp" "$BIN/$c"
+	done
+	rm -rf "$dir"
+	stamp "$name" "$mod@$version $(go env GOVERSION)"
+	log "$name $version built in $(($(now) - t0)) s"
+}
+
+build_sidecars() {
+	build_sidecar external-provisioner github.com/kubernetes-csi/external-provisioner/v6 "$PROVISIONER_VERSION" csi-provisioner
+	build_sidecar external-attacher github.com/kubernetes-csi/external-attacher/v4 "$ATTACHER_VERSION" csi-attacher
+	build_sidecar external-resizer github.com/kubernetes-csi/external-resizer/v2 "$RESIZER_VERSION" csi-resizer
+	build_sidecar external-snapshotter github.com/kubernetes-csi/external-snapshotter/v8 "$SNAPSHOTTER_VERSION" csi-snapshotter snapshot-controller
+	# The VolumeSnapshot CRDs (and their kustomization) from the client module.
+	local crd
+	crd=$(moddir "github.com/kubernetes-csi/external-snapshotter/client/v8@$SNAPSHOTTER_VERSION")/config/crd
+	rm -rf "$CACHE/crds"
+	mkdir -p "$CACHE/crds"
+	cp "$crd"/*.yaml "$CACHE/crds/"
+	chmod -R u+w "$CACHE/crds"
+}
+
+build_tools() {
+	if ! fresh crane "crane $CRANE_VERSION" "$BIN/crane"; then
+		log "building crane $CRANE_VERSION"
+		mkdir -p "$BIN"
+		GOBIN=$BIN go install "github.com/google/go-containerregistry/cmd/crane@$CRANE_VERSION"
+		stamp crane "crane $CRANE_VERSION"
+	fi
+	# The sandbox image's binary: Kubernetes' own pause.c, linked statically.
+	local kdir
+	kdir=$(moddir "k8s.io/kubernetes@$KUBE_VERSION")
+	if ! fresh pause "pause $KUBE_VERSION" "$BIN/pause"; then
+		gcc -Os -static -DVERSION=rbdcsi-e2e -o "$BIN/pause" "$kdir/build/pause/linux/pause.c" || die "building pause failed"
+		strip "$BIN/pause"
+		stamp pause "pause $KUBE_VERSION"
+	fi
+}
+
+# --- images ---------------------------------------------------------------------
+
+crane() { "$BIN/crane" "$@"; }
+
+# crane's append and mutate read their base image from a registry, never
+# from a tarball: a throwaway in-memory registry (`crane registry serve`) on
+# 127.0.0.1 holds the intermediate images while this script runs. It is
+# started on first use and stopped on exit.
+REGISTRY=""
+REGISTRY_PID=""
+start_registry() {
+	[[ -z $REGISTRY ]] || return 0
+	local i port=""
+	mkdir -p "$CACHE/tmp"
+	: >"$CACHE/tmp/registry.log"
+	"$BIN/crane" registry serve --address 127.0.0.1:0 >"$CACHE/tmp/registry.log" 2>&1 &
+	REGISTRY_PID=$!
+	trap stop_registry EXIT
+	for ((i = 0; i < 100; i++)); do
+		port=$(sed -n 's/.*serving on port \([0-9]*\).*/\1/p' "$CACHE/tmp/registry.log")
+		[[ -n $port ]] && break
+		sleep 0.1
+	done
+	[[ -n $port ]] || die "crane registry did not start: $(cat "$CACHE/tmp/registry.log")"
+	REGISTRY=127.0.0.1:$port
+}
+stop_registry() {
+	if [[ -n $REGISTRY_PID ]]; then
+		kill "$REGISTRY_PID" 2>/dev/null || true
+		wait "$REGISTRY_PID" 2>/dev/null || true
+		REGISTRY_PID=""
+	fi
+}
+
+# pack_image REF OUT.tar ENTRYPOINT ENV LAYER.tar...: an image of the given
+# layers (no base), for linux/amd64, saved as a tarball named REF that
+# `ctr images import` reads.
+pack_image() {
+	local ref=$1 out=$2 ep=$3 env=$4 tmp args=()
+	shift 4
+	start_registry
+	tmp="$REGISTRY/rbdcsi-e2e/tmp:$(basename "$out" .tar)"
+	for l in "$@"; do args+=(--new_layer "$l"); done
+	crane append --oci-empty-base "${args[@]}" --new_tag "$tmp" >/dev/null 2>>"$CACHE/tmp/registry.log" ||
+		die "crane append for $ref failed: $(tail -n 3 "$CACHE/tmp/registry.log")"
+	args=(--set-platform linux/amd64 --entrypoint "$ep")
+	[[ -z $env ]] || args+=(--env "$env")
+	crane mutate "${args[@]}" --tag "$ref" --output "$out.tmp" "$tmp" >/dev/null 2>>"$CACHE/tmp/registry.log" ||
+		die "crane mutate for $ref failed: $(tail -n 3 "$CACHE/tmp/registry.log")"
+	mv "$out.tmp" "$out"
+}
+
+# image_from_dir REF DIR OUT.tar ENTRYPOINT: an image of one layer, the
+# content of DIR owned by root.
+image_from_dir() {
+	local ref=$1 dir=$2 out=$3 ep=$4
+	tar --numeric-owner --owner=0 --group=0 -C "$dir" -cf "$dir.layer.tar" .
+	pack_image "$ref" "$out" "$ep" "" "$dir.layer.tar"
+	rm -f "$dir.layer.tar"
+}
+
+static_image() {
+	local name=$1 ref=$2 src=$3 key dir
+	key="$ref $(sha256sum "$src" | cut -c1-16)"
+	fresh "image-$name" "$key" "$IMAGES/$name.tar" && return
+	dir=$(mktemp -d)
+	install -D -m 0755 "$src" "$dir/$name"
+	image_from_dir "$ref" "$dir" "$IMAGES/$name.tar" "/$name"
+	rm -rf "$dir"
+	stamp "image-$name" "$key"
+}
+
+build_static_images() {
+	local c dir key
+	mkdir -p "$IMAGES"
+	static_image pause "$PAUSE_IMAGE" "$BIN/pause"
+	# (snapshot-controller runs as a plain process, like the control plane.)
+	for c in csi-provisioner csi-attacher csi-resizer csi-snapshotter; do
+		static_image "$c" "localhost/rbdcsi-e2e/$c:e2e" "$BIN/$c"
+	done
+	# busybox for test pods: Debian's busybox-static with its applet links.
+	[[ -x /bin/busybox ]] || die "busybox-static is not installed"
+	key="$BUSYBOX_IMAGE $(sha256sum /bin/busybox | cut -c1-16)"
+	if ! fresh image-busybox "$key" "$IMAGES/busybox.tar"; then
+		dir=$(mktemp -d)
+		mkdir -p "$dir/bin" "$dir/tmp" "$dir/etc"
+		cp /bin/busybox "$dir/bin/busybox"
+		for c in $(/bin/busybox --list); do [[ $c == busybox ]] || ln -s busybox "$dir/bin/$c"; done
+		echo 'root:x:0:0:root:/root:/bin/sh' >"$dir/etc/passwd"
+		echo 'root:x:0:' >"$dir/etc/group"
+		image_from_dir "$BUSYBOX_IMAGE" "$dir" "$IMAGES/busybox.tar" /bin/sh
+		rm -rf "$dir"
+		stamp image-busybox "$key"
+	fi
+}
+
+# The plugin's runtime packages: the runtime stage of build/Dockerfile.
+# shellcheck disable=SC1003
+dockerfile_runtime_packages() {
+	awk '/^FROM debian:/ {rt = 1} rt' "$ROOT/build/Dockerfile" |
+		sed -n '/apt-get install/,/rm -rf/p' | tr -s '[:space:]\\' '\n' |
+		grep -E '^[a-z0-9][a-z0-9.+-]+$' | grep -vxE 'apt-get|install|rm|rf|y|DEBIAN_FRONTEND=noninteractive' | sort -u
+}
+
+build_rootfs() {
+	local pkgs key rootfs=$CACHE/rootfs t0 mirror
+	pkgs=$(dockerfile_runtime_packages | paste -sd, -)
+	[[ -n $pkgs ]] || die "no runtime packages found in build/Dockerfile"
+	key="bookworm minbase $pkgs"
+	fresh rootfs "$key" "$rootfs/usr/bin/rbd" && return
+	command -v debootstrap >/dev/null || die "debootstrap is not installed"
+	t0=$(now)
+	mirror=$DEBIAN_MIRROR
+	if [[ -z $mirror ]]; then
+		mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
+			awk '$1 == "deb" || $1 == "URIs:" {for (i = 2; i <= NF; i++) if ($i ~ /^https?:\/\/.*\/debian\/?$/) {print $i; exit}}') || true
+	fi
+	[[ -n $mirror ]] || die "no Debian mirror found in apt's sources; set DEBIAN_MIRROR"
+	log "debootstrap bookworm ($mirror) with: $pkgs"
+	rm -rf "$rootfs" "$rootfs.tmp"
+	debootstrap --variant=minbase --include="$pkgs" bookworm "$rootfs.tmp" "$mirror" >"$CACHE/debootstrap.log" 2>&1 ||
+		die "debootstrap failed: see $CACHE/debootstrap.log"
+	# Slim it like a container image: no apt lists, docs or caches.
+	rm -rf "$rootfs.tmp"/var/lib/apt/lists/* "$rootfs.tmp"/var/cache/apt/*.bin "$rootfs.tmp"/var/cache/apt/archives/*.deb \
+		"$rootfs.tmp"/usr/share/doc "$rootfs.tmp"/usr/share/man "$rootfs.tmp"/usr/share/locale "$rootfs.tmp"/var/log/*
+	mv "$rootfs.tmp" "$rootfs"
+	stamp rootfs "$key"
+	log "rootfs built in $(($(now) - t0)) s"
+}
+
+build_plugin_image() {
+	local key dir
+	build_rootfs
+	[[ -x $ROOT/bin/rbdplugin ]] || die "bin/rbdplugin is missing: run make build"
+	key="$PLUGIN_IMAGE $(sha256sum "$ROOT/bin/rbdplugin" | cut -c1-16) $(<"$CACHE/stamps/rootfs")"
+	fresh image-rbdplugin "$key" "$IMAGES/rbdplugin.tar" && return
+	mkdir -p "$IMAGES"
+	# Two layers: the Debian rootfs (compressed once, cached: crane takes a
+	# gzipped layer as is), then the binary.
+	if ! fresh rootfs-layer "$(<"$CACHE/stamps/rootfs")" "$CACHE/rootfs-layer.tar.gz"; then
+		tar --numeric-owner -C "$CACHE/rootfs" -cf - . | gzip -6 >"$CACHE/rootfs-layer.tar.gz.tmp"
+		mv "$CACHE/rootfs-layer.tar.gz.tmp" "$CACHE/rootfs-layer.tar.gz"
+		rm -f "$CACHE/rootfs-layer.tar"
+		stamp rootfs-layer "$(<"$CACHE/stamps/rootfs")"
+	fi
+	dir=$(mktemp -d)
+	install -D -m 0755 "$ROOT/bin/rbdplugin" "$dir/usr/local/bin/rbdplugin"
+	tar --numeric-owner --owner=0 --group=0 -C "$dir" -cf "$dir.bin.tar" .
+	pack_image "$PLUGIN_IMAGE" "$IMAGES/rbdplugin.tar" /usr/local/bin/rbdplugin \
+		PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+		"$CACHE/rootfs-layer.tar.gz" "$dir.bin.tar"
+	rm -rf "$dir" "$dir.bin.tar"
+	stamp image-rbdplugin "$key"
+	log "plugin image: $IMAGES/rbdplugin.tar"
+}
+
+main() {
+	local what=${1:-all} t0
+	t0=$(now)
+	mkdir -p "$CACHE"
+	case $what in
+	kube) build_kube ;;
+	sidecars) build_sidecars ;;
+	tools) build_tools ;;
+	images)
+		build_tools
+		build_static_images
+		build_plugin_image
+		;;
+	plugin-image) build_tools && build_plugin_image ;;
+	deps) install_packages ;;
+	all)
+		install_packages
+		build_tools
+		build_kube
+		build_sidecars
+		build_static_images
+		build_plugin_image
+		;;
+	*)
+		echo "usage: $PROG [all|deps|kube|sidecars|tools|images|plugin-image]" >&2
+		exit 2
+		;;
+	esac
+	log "$what done in $(($(now) - t0)) s (cache: $CACHE)"
+}
+
+main "$@"

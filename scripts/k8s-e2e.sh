@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# k8s-e2e.sh: the end-to-end test on a real Kubernetes on this machine
+# (`make e2e`). Builds or reuses Kubernetes, the sidecars and the images
+# (scripts/k8s-build.sh), boots a throwaway Ceph cluster
+# (scripts/ceph-cluster.sh) and a single-node Kubernetes
+# (scripts/k8s-node.sh), `kubectl apply -k` the deploy/e2e overlay of
+# deploy/kubernetes, runs the scenarios of e2e/k8s, and always tears
+# everything down, also on failure or interrupt.
+#
+#   scripts/k8s-e2e.sh [go test flags, e.g. -run TestSnapshot]
+#
+# Environment: RBDCSI_E2E_CACHE (build cache, default /var/cache/rbdcsi-e2e),
+# E2E_ARTIFACTS (where logs go on failure, default /tmp/rbdcsi-e2e-artifacts),
+# E2E_KEEP=1 (leave everything up after the tests, for a look; then run
+# `scripts/k8s-e2e.sh down WORKDIR`).
+set -euo pipefail
+
+readonly PROG=${0##*/}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+readonly ROOT
+readonly ARTIFACTS=${E2E_ARTIFACTS:-/tmp/rbdcsi-e2e-artifacts}
+
+log() { echo "$PROG: $(date +%T) $*" >&2; }
+die() {
+	log "$*"
+	exit 1
+}
+
+# teardown WORK: the overlay's objects, the node, the Ceph cluster, WORK.
+teardown() {
+	local work=$1
+	[[ -d $work ]] || return 0
+	# Volumes first (through the driver, while it still runs), then the
+	# driver; only while this run's apiserver lives (its address is on an
+	# interface of this run: never send a request toward a missing one).
+	if [[ -f $work/node/env ]] && pgrep -f "kube-apiserver .*$work/node/" >/dev/null; then
+		local k=$work/kubectl.sh
+		if [[ -x $k ]]; then
+			"$k" delete namespace -l rbdcsi-e2e=test --wait=true --timeout=180s >/dev/null 2>&1 || true
+			"$k" delete volumeattachments --all --wait=true --timeout=60s >/dev/null 2>&1 || true
+			"$k" wait --for=delete pv --all --timeout=120s >/dev/null 2>&1 || true
+			"$k" delete -k "$work/deploy/e2e" --wait=true --timeout=120s >/dev/null 2>&1 || true
+		fi
+	fi
+	"$ROOT/scripts/k8s-node.sh" down "$work/node" || log "node teardown reported an error"
+	"$ROOT/scripts/ceph-cluster.sh" down "$work/ceph" || log "Ceph teardown reported an error"
+	rm -rf --one-file-system "$work"
+}
+
+collect_artifacts() {
+	local work=$1 k=$1/kubectl.sh
+	rm -rf "$ARTIFACTS"
+	mkdir -p "$ARTIFACTS"
+	[[ -d $work/node/log ]] && cp -r "$work/node/log" "$ARTIFACTS/node-logs"
+	[[ -d $work/node.logs ]] && cp -r "$work/node.logs" "$ARTIFACTS/node-logs"
+	[[ -d $work/ceph/log ]] && cp -r "$work/ceph/log" "$ARTIFACTS/ceph-logs"
+	if [[ -x $k ]]; then
+		"$k" get all,pvc,pv,volumeattachments,csinodes,volumesnapshots,volumesnapshotcontents -A -o wide >"$ARTIFACTS/objects.txt" 2>&1 || true
+		"$k" get events -A --sort-by=.lastTimestamp >"$ARTIFACTS/events.txt" 2>&1 || true
+		local p c
+		for p in $("$k" -n rbdcsi get pods -o name 2>/dev/null); do
+			for c in $("$k" -n rbdcsi get "$p" -o jsonpath='{.spec.containers[*].name}' 2>/dev/null); do
+				"$k" -n rbdcsi logs "$p" -c "$c" >"$ARTIFACTS/${p#pod/}.$c.log" 2>&1 || true
+			done
+		done
+	fi
+	log "logs and objects: $ARTIFACTS"
+}
+
+main() {
+	if [[ ${1:-} == down ]]; then
+		[[ -n ${2:-} ]] || die "usage: $PROG down WORKDIR"
+		teardown "$2"
+		return
+	fi
+	[[ $(id -u) == 0 ]] || die "run as root (mounts, loop devices, containerd)"
+	local t0=$SECONDS rc=0 work
+	[[ -x $ROOT/bin/rbdplugin ]] || die "bin/rbdplugin is missing: make build"
+
+	# One run at a time (one /var/lib/kubelet, one node address); what an
+	# earlier run left (killed before its teardown) is torn down first.
+	exec {lockfd}>/var/tmp/rbdcsi-e2e.lock
+	flock -n "$lockfd" || die "another e2e run holds /var/tmp/rbdcsi-e2e.lock"
+	local old
+	for old in /var/tmp/rbdcsi-e2e.*/; do
+		[[ -d $old ]] || continue
+		log "tearing down what an earlier run left: $old"
+		teardown "${old%/}"
+	done
+
+	"$ROOT/scripts/k8s-build.sh" all
+	log "builds ready after $((SECONDS - t0)) s"
+
+	work=$(mktemp -d /var/tmp/rbdcsi-e2e.XXXXXX)
+	# shellcheck disable=SC2064
+	trap "rc=\$?; trap - EXIT INT TERM; finish '$work' \$rc" EXIT
+	trap 'exit 130' INT TERM
+
+	"$ROOT/scripts/ceph-cluster.sh" up "$work/ceph"
+	set -a
+	# shellcheck disable=SC1091
+	source "$work/ceph/env"
+	set +a
+	"$ROOT/scripts/k8s-node.sh" up "$work/node"
+	set -a
+	# shellcheck disable=SC1091
+	source "$work/node/env"
+	set +a
+	printf '#!/bin/sh\nexec %q --kubeconfig %q "$@"\n' "$KUBECTL" "$KUBECONFIG" >"$work/kubectl.sh"
+	chmod +x "$work/kubectl.sh"
+	log "Ceph and Kubernetes up after $((SECONDS - t0)) s (kubectl: $work/kubectl.sh)"
+
+	# The overlay, with the local cluster's map and key beside it.
+	mkdir -p "$work/deploy"
+	cp -r "$ROOT/deploy/kubernetes" "$ROOT/deploy/e2e" "$work/deploy/"
+	rm -rf "$work/deploy/e2e/local"
+	mkdir -p "$work/deploy/e2e/local"
+	(
+		umask 077
+		printf '[{"clusterID": "ceph1", "monitors": ["%s"]}]\n' "$CEPH_MON_HOST" >"$work/deploy/e2e/local/cluster-config.json"
+		printf '%s' "$CEPH_CSI_USER" >"$work/deploy/e2e/local/userID"
+		printf '%s' "$CEPH_CSI_KEY" >"$work/deploy/e2e/local/userKey"
+	)
+	"$KUBECTL" apply -k "$work/deploy/e2e"
+	"$KUBECTL" -n rbdcsi rollout status deployment/rbdcsi-controller --timeout=180s
+	"$KUBECTL" -n rbdcsi rollout status daemonset/rbdcsi-node --timeout=180s
+	local i
+	for ((i = 0; i < 120; i++)); do
+		[[ $("$KUBECTL" get csinode "$E2E_NODE_NAME" -o jsonpath='{.spec.drivers[*].name}' 2>/dev/null) == *rbd.csi.rbdcsi.dev* ]] && break
+		sleep 1
+	done
+	((i < 120)) || die "the node plugin did not register with kubelet within 120 s"
+	log "driver deployed after $((SECONDS - t0)) s"
+
+	export RBDCSI_E2E_K8S=1 E2E_CLUSTER_CONFIG=$work/deploy/e2e/local/cluster-config.json
+	export E2E_RBDPLUGIN=$ROOT/bin/rbdplugin E2E_WORK=$work
+	(cd "$ROOT" && go test -tags=pacific,e2e_k8s -count=1 -timeout 45m -v ./e2e/k8s/ "$@") || rc=$?
+	log "tests finished (exit $rc) after $((SECONDS - t0)) s"
+	return "$rc"
+}
+
+finish() {
+	local work=$1 rc=$2
+	if ((rc != 0)); then collect_artifacts "$work"; fi
+	if [[ ${E2E_KEEP:-0} == 1 ]]; then
+		log "E2E_KEEP=1: left up; tear down with: $0 down $work"
+		exit "$rc"
+	fi
+	log "tearing down"
+	teardown "$work"
+	log "torn down"
+	exit "$rc"
+}
+
+main "$@"
