@@ -12,15 +12,10 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
-// recordAt returns the record of a volume that is staged or published at
-// path, or NotFound. It takes no lock: stats and health only read, and
-// records are replaced atomically.
-func (n *Node) recordAt(id, path string) (*record, error) {
+// stagedRecord returns the record of a staged volume, or NotFound.
+func (n *Node) stagedRecord(id string) (*record, error) {
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
-	}
-	if path == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume path is missing")
 	}
 	if _, err := volid.DecodeVolume(id); err != nil {
 		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist (not a volume ID of this driver)", id)
@@ -31,6 +26,20 @@ func (n *Node) recordAt(id, path string) (*record, error) {
 	}
 	if rec == nil || !rec.Staged {
 		return nil, status.Errorf(codes.NotFound, "volume %s is not staged on this node", id)
+	}
+	return rec, nil
+}
+
+// recordAt returns the record of a volume that is staged or published at
+// path, or NotFound. It takes no lock: stats and health only read, and
+// records are replaced atomically.
+func (n *Node) recordAt(id, path string) (*record, error) {
+	if id != "" && path == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume path is missing")
+	}
+	rec, err := n.stagedRecord(id)
+	if err != nil {
+		return nil, err
 	}
 	if _, published := rec.Targets[path]; path != rec.StagingPath && !published {
 		return nil, status.Errorf(codes.NotFound, "volume %s is neither staged nor published at %.200q", id, path)
@@ -99,18 +108,9 @@ func blockUsage(size int64) *csi.NodeGetVolumeStatsResponse {
 // is gone. This is CSI 1.13's successor of the volume condition in stats.
 func (n *Node) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
 	id := req.GetVolumeId()
-	if id == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
-	}
-	if _, err := volid.DecodeVolume(id); err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist (not a volume ID of this driver)", id)
-	}
-	rec, err := n.store.load(id)
+	rec, err := n.stagedRecord(id)
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	if rec == nil || !rec.Staged {
-		return nil, status.Errorf(codes.NotFound, "volume %s is not staged on this node", id)
+		return nil, err
 	}
 	health := &csi.VolumeHealth{VolumeId: id}
 	bad := func(reason, msg string) {
