@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"sync"
 	"testing"
 	"time"
 
@@ -347,4 +348,31 @@ func TestSnapshotLimit(t *testing.T) {
 	s, err := e.snapshot(t, "limited-2", w.VolumeId)
 	harness.Must(t, err, "the refused name on another volume")
 	e.deleteSnapshot(t, s.SnapshotId)
+}
+
+// Clones of a deleted snapshot of a deleted volume, deleted at the same
+// time: the last one gone must take the kept data with it.
+func TestConcurrentCloneDeletesReclaim(t *testing.T) {
+	e := setup(t)
+	for round := 0; round < 3; round++ {
+		src, err := e.create(t, fmt.Sprintf("cc-src-%d", round), 8*mib)
+		harness.Must(t, err, "create source")
+		snap, err := e.snapshot(t, fmt.Sprintf("cc-snap-%d", round), src.Volume.VolumeId)
+		harness.Must(t, err, "snapshot")
+		var clones []string
+		for i := 0; i < 3; i++ {
+			v, err := e.createFrom(t, fmt.Sprintf("cc-clone-%d-%d", round, i), 8*mib, fromSnapshot(snap.SnapshotId))
+			harness.Must(t, err, "restore")
+			clones = append(clones, v.VolumeId)
+		}
+		e.delete(t, src.Volume.VolumeId)
+		e.deleteSnapshot(t, snap.SnapshotId)
+		var wg sync.WaitGroup
+		for _, id := range clones {
+			wg.Add(1)
+			go func() { defer wg.Done(); e.delete(t, id) }()
+		}
+		wg.Wait()
+		e.expectPoolEmpty(t)
+	}
 }

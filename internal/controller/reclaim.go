@@ -74,6 +74,17 @@ func (c *Controller) removeVolume(ctx context.Context, pool rbd.Pool, vol volid.
 }
 
 func (c *Controller) finishRemoval(ctx context.Context, pool rbd.Pool, vol volid.Volume, fam rbd.Family) error {
+	if fam.Parent != nil {
+		// Clones of one parent are removed one at a time: librbd removes a
+		// parent's trashed snapshot when its last clone detaches, and two
+		// clones detaching at once can each see the other still there,
+		// leaving the snapshot, and the kept parent, behind.
+		release, err := c.waitLock(ctx, "parent/"+fam.Parent.Pool+"/"+fam.Parent.ImageID)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
 	err := c.backend.RemoveImage(ctx, pool, vol.Image)
 	switch {
 	case err == nil:
@@ -141,4 +152,19 @@ func (c *Controller) reclaim(ctx context.Context, pool rbd.Pool, imageID string)
 func parentPool(child rbd.Pool, p *rbd.Parent) rbd.Pool {
 	child.Name = p.Pool
 	return child
+}
+
+// waitLock takes a key of the controller's try-locks, polling until it is
+// free or ctx ends: for work that must queue rather than be refused.
+func (c *Controller) waitLock(ctx context.Context, key string) (func(), error) {
+	for {
+		if release, ok := c.locks.TryLock(key); ok {
+			return release, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, status.Errorf(codes.DeadlineExceeded, "waiting for %s: %v", key, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }

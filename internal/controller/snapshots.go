@@ -110,6 +110,13 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	}
 	defer release()
 
+	// One change at a time to an image's snapshots and clones (see
+	// finishRemoval).
+	releaseParent, err := c.waitLock(ctx, "parent/"+snap.Pool+"/"+snap.ImageID)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseParent()
 	err = c.backend.RemoveSnapshot(ctx, pool, snap.ImageID, snap.Snap)
 	if err != nil && !errors.Is(err, rbd.ErrNotFound) && !errors.Is(err, rbd.ErrPoolNotFound) {
 		if errors.Is(err, rbd.ErrBusy) {
