@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
@@ -87,6 +88,9 @@ type Options struct {
 	CloneDepthHard int
 	// MaxSnapshotsPerImage bounds the snapshots of one image.
 	MaxSnapshotsPerImage int
+	// SweepInterval: after a delete in a pool, hidden images nothing needs
+	// any more are looked for at most this often (see sweeper). 0: never.
+	SweepInterval time.Duration
 	// Nodes tells which nodes exist. Nil: attachments are not offered.
 	Nodes Nodes
 	// Fault, for crash tests only, is called at named points between the
@@ -99,6 +103,7 @@ const (
 	DefaultCloneDepthSoft       = 4
 	DefaultCloneDepthHard       = 8
 	DefaultMaxSnapshotsPerImage = 450 // below krbd's 510-snapshot context limit
+	DefaultSweepInterval        = 10 * time.Minute
 )
 
 // Controller is the CSI Controller service.
@@ -112,6 +117,7 @@ type Controller struct {
 	opts      Options
 	nodes     Nodes
 	flattener *flattener
+	sweeper   *sweeper
 }
 
 // New returns a Controller.
@@ -130,12 +136,17 @@ func New(o Options) *Controller {
 	}
 	c := &Controller{backend: o.Backend, clusters: o.Clusters, cred: o.Credentials, locks: lock.New(), opts: o, nodes: o.Nodes}
 	c.flattener = newFlattener(c)
+	c.sweeper = newSweeper(c, o.SweepInterval)
 	return c
 }
 
 // Close stops background work (flattens in flight are abandoned; a later
-// CreateVolume on the same chain starts them again).
-func (c *Controller) Close() { c.flattener.stop() }
+// CreateVolume on the same chain starts them again; a sweep cut short is
+// run again after the next delete).
+func (c *Controller) Close() {
+	c.flattener.stop()
+	c.sweeper.stop()
+}
 
 // imageName derives the image name from the request name, so a retried
 // CreateVolume finds the image its earlier attempt made without any

@@ -79,7 +79,7 @@ func (c *Controller) finishRemoval(ctx context.Context, pool rbd.Pool, vol volid
 		// parent's trashed snapshot when its last clone detaches, and two
 		// clones detaching at once can each see the other still there,
 		// leaving the snapshot, and the kept parent, behind.
-		release, err := c.waitLock(ctx, "parent/"+fam.Parent.Pool+"/"+fam.Parent.ImageID)
+		release, err := c.waitLock(ctx, parentKey(fam.Parent.Pool, fam.Parent.ImageID))
 		if err != nil {
 			return err
 		}
@@ -99,6 +99,7 @@ func (c *Controller) finishRemoval(ctx context.Context, pool rbd.Pool, vol volid
 		return cephStatus(err)
 	}
 	if fam.Parent != nil {
+		c.opts.Fault("DeleteVolume:removed")
 		return c.reclaim(ctx, parentPool(pool, fam.Parent), fam.Parent.ImageID)
 	}
 	return nil
@@ -129,11 +130,7 @@ func (c *Controller) reclaim(ctx context.Context, pool rbd.Pool, imageID string)
 		if !strings.HasPrefix(fam.Name, hiddenPrefix) || len(fam.Snaps) > 0 || fam.TrashedSnaps > 0 || fam.Watchers > 0 {
 			return nil
 		}
-		// Not bounded by the request: an interrupted removal would leave a
-		// hidden image that can no longer be found by its ID.
-		rctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
-		err = c.backend.RemoveImage(rctx, pool, fam.Name)
-		cancel()
+		err = c.removeHidden(ctx, pool, fam)
 		if errors.Is(err, rbd.ErrHasSnapshots) || errors.Is(err, rbd.ErrBusy) {
 			return nil // a dependent appeared meanwhile; its removal reclaims
 		}
@@ -148,6 +145,28 @@ func (c *Controller) reclaim(ctx context.Context, pool rbd.Pool, imageID string)
 	}
 	return nil
 }
+
+// removeHidden removes a hidden image, queued behind other detaches from
+// its parent (see finishRemoval). The removal is not bounded by the
+// request: an interrupted one would leave a hidden image that can no longer
+// be found by its ID (the sweeper completes those).
+func (c *Controller) removeHidden(ctx context.Context, pool rbd.Pool, fam rbd.Family) error {
+	if fam.Parent != nil {
+		release, err := c.waitLock(ctx, parentKey(fam.Parent.Pool, fam.Parent.ImageID))
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
+	defer cancel()
+	return c.backend.RemoveImage(rctx, pool, fam.Name)
+}
+
+// parentKey is the lock key under which changes to an image's snapshots
+// and clones queue. Locks of this kind are only ever taken from a child
+// towards its ancestors, so holders cannot wait on each other in a circle.
+func parentKey(pool, imageID string) string { return "parent/" + pool + "/" + imageID }
 
 func parentPool(child rbd.Pool, p *rbd.Parent) rbd.Pool {
 	child.Name = p.Pool

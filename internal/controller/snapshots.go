@@ -112,7 +112,7 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 
 	// One change at a time to an image's snapshots and clones (see
 	// finishRemoval).
-	releaseParent, err := c.waitLock(ctx, "parent/"+snap.Pool+"/"+snap.ImageID)
+	releaseParent, err := c.waitLock(ctx, parentKey(snap.Pool, snap.ImageID))
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +131,7 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 		return nil, err
 	}
 	klog.V(2).InfoS("deleted snapshot", "snapshotID", id)
+	c.sweeper.after(pool)
 	return &csi.DeleteSnapshotResponse{}, nil
 }
 

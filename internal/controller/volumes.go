@@ -144,6 +144,7 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	if err := c.removeVolume(ctx, pool, vol, release); err != nil {
 		return nil, err
 	}
+	c.sweeper.after(pool)
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
