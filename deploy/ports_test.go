@@ -1,0 +1,109 @@
+package deploy
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// TestHealthAndMetricsWiring: the plugin's livenessProbe asks the
+// livenessprobe sidecar's port; --metrics-address is the port named
+// "metrics"; the sidecars' probes hit their own --http-endpoint; no two
+// listeners share a port in a pod; Services select the pods and name their
+// ports.
+func TestHealthAndMetricsWiring(t *testing.T) {
+	m := loadAll(t).inDir(kubernetesDir)
+	ws := workloads(m)
+	for _, w := range ws {
+		plugin := oneContainer(t, w, pluginRepo)
+		liveness := oneContainer(t, w, livenessRepo)
+
+		listening := map[int32]string{} // port -> container
+		listen := func(c corev1.Container, flag string) int32 {
+			addr, ok := mustFlags(t, c)[flag]
+			if !ok {
+				return 0
+			}
+			port, err := listenPort(addr)
+			if err != nil {
+				t.Errorf("%s/%s: --%s=%s: %v", w.name, c.Name, flag, addr, err)
+				return 0
+			}
+			if other, dup := listening[port]; dup {
+				t.Errorf("%s: %s and %s both listen on port %d", w.name, other, c.Name, port)
+			}
+			listening[port] = c.Name
+			return port
+		}
+		healthz := listen(liveness, "http-endpoint")
+		if healthz == 0 {
+			t.Errorf("%s/%s: needs --http-endpoint", w.name, liveness.Name)
+		}
+		metricsPort := listen(plugin, "metrics-address")
+		for _, c := range w.spec.Containers {
+			if c.Name == plugin.Name || c.Name == liveness.Name {
+				continue
+			}
+			if p := listen(c, "http-endpoint"); p != 0 && c.LivenessProbe != nil {
+				got, _, err := probePort(c, c.LivenessProbe)
+				if err != nil || got != p {
+					t.Errorf("%s/%s: livenessProbe port %d, --http-endpoint port %d (%v)", w.name, c.Name, got, p, err)
+				}
+			}
+		}
+
+		got, probePath, err := probePort(plugin, plugin.LivenessProbe)
+		if err != nil {
+			t.Errorf("%s: plugin: %v", w.name, err)
+		} else if got != healthz || probePath != "/healthz" {
+			t.Errorf("%s: plugin livenessProbe is %s on port %d; the livenessprobe sidecar serves /healthz on %d", w.name, probePath, got, healthz)
+		}
+
+		if metricsPort == 0 {
+			t.Errorf("%s: plugin has no --metrics-address", w.name)
+		} else if p, err := containerPort(plugin, "metrics", 0); err != nil || p != metricsPort {
+			t.Errorf("%s: plugin port \"metrics\" is %d, --metrics-address port is %d (%v)", w.name, p, metricsPort, err)
+		}
+
+		names := map[string]bool{}
+		for _, c := range w.spec.Containers {
+			for _, p := range c.Ports {
+				if p.Name == "" || names[p.Name] {
+					t.Errorf("%s/%s: port %d has an empty or repeated name %q", w.name, c.Name, p.ContainerPort, p.Name)
+				}
+				names[p.Name] = true
+				if _, ok := listening[p.ContainerPort]; !ok {
+					t.Errorf("%s/%s: declares port %d (%s), which nothing listens on", w.name, c.Name, p.ContainerPort, p.Name)
+				}
+			}
+		}
+	}
+
+	svcs, _ := all[*corev1.Service](m)
+	if len(svcs) == 0 {
+		t.Error("no Service exposes the metrics")
+	}
+	for _, svc := range svcs {
+		var matched *workload
+		for i := range ws {
+			if ws[i].namespace == svc.Namespace && len(svc.Spec.Selector) > 0 &&
+				labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(ws[i].labels)) {
+				if matched != nil {
+					t.Errorf("Service %s selects both %s and %s", svc.Name, matched.name, ws[i].name)
+				}
+				matched = &ws[i]
+			}
+		}
+		if matched == nil {
+			t.Errorf("Service %s selects no workload", svc.Name)
+			continue
+		}
+		plugin := oneContainer(t, *matched, pluginRepo)
+		for _, p := range svc.Spec.Ports {
+			if _, err := containerPort(plugin, p.TargetPort.String(), 0); err != nil {
+				t.Errorf("Service %s port %s: %v", svc.Name, p.Name, err)
+			}
+		}
+	}
+}

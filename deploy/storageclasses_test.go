@@ -1,0 +1,113 @@
+package deploy
+
+import (
+	"strings"
+	"testing"
+
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+
+	"github.com/rbdcsi/rbdcsi/internal/config"
+)
+
+// sidecarParams are the StorageClass / VolumeSnapshotClass keys under
+// csi.storage.k8s.io/ that the sidecars consume; any other key with that
+// prefix is a typo the driver would silently ignore.
+var sidecarParams = map[string]bool{
+	"csi.storage.k8s.io/fstype": true,
+}
+
+func init() {
+	for _, op := range []string{"provisioner", "controller-publish", "node-stage", "node-publish",
+		"controller-expand", "node-expand", "controller-modify", "snapshotter", "groupsnapshotter"} {
+		sidecarParams["csi.storage.k8s.io/"+op+"-secret-name"] = true
+		sidecarParams["csi.storage.k8s.io/"+op+"-secret-namespace"] = true
+	}
+}
+
+// checkSidecarKeys reports the reserved-prefix keys of params that no
+// sidecar consumes.
+func checkSidecarKeys(t *testing.T, what string, params map[string]string) {
+	t.Helper()
+	for k := range params {
+		if strings.HasPrefix(k, config.ReservedPrefix) && !sidecarParams[k] {
+			t.Errorf("%s: parameter %s is no sidecar's", what, k)
+		}
+	}
+}
+
+// TestStorageClasses: parameters are ones the driver accepts (its own
+// ParseParams), every secret the driver needs is referenced and exists
+// with userID/userKey, expansion is allowed, and there is one class each
+// for ext4, xfs and raw block.
+func TestStorageClasses(t *testing.T) {
+	m := loadAll(t).inDir(kubernetesDir)
+	scs, _ := all[*storagev1.StorageClass](m)
+	secrets, _ := all[*corev1.Secret](m)
+	cms, _ := all[*corev1.ConfigMap](m)
+	clusters := map[string]bool{}
+	for _, cm := range cms {
+		if data, ok := cm.Data["cluster-config.json"]; ok {
+			list, err := config.ParseClusters([]byte(data))
+			if err != nil {
+				t.Fatalf("ConfigMap %s: %v", cm.Name, err)
+			}
+			for _, c := range list {
+				clusters[c.ClusterID] = true
+			}
+		}
+	}
+	fsTypes := map[string]bool{}
+	for _, sc := range scs {
+		checkSidecarKeys(t, "StorageClass "+sc.Name, sc.Parameters)
+		p, err := config.ParseParams(sc.Parameters)
+		if err != nil {
+			t.Errorf("StorageClass %s: the driver refuses its parameters: %v", sc.Name, err)
+			continue
+		}
+		if !clusters[p.ClusterID] {
+			t.Errorf("StorageClass %s: clusterID %s is not in the cluster map", sc.Name, p.ClusterID)
+		}
+		if p.FsType == "" {
+			fsTypes["block"] = true
+		} else {
+			fsTypes[p.FsType] = true
+		}
+		if sc.AllowVolumeExpansion == nil || !*sc.AllowVolumeExpansion {
+			t.Errorf("StorageClass %s: allowVolumeExpansion must be true", sc.Name)
+		}
+		for _, op := range []string{"provisioner", "controller-publish", "node-stage", "controller-expand"} {
+			checkSecretRef(t, "StorageClass "+sc.Name, sc.Parameters, op, secrets)
+		}
+	}
+	for _, want := range []string{"ext4", "xfs", "block"} {
+		if !fsTypes[want] {
+			t.Errorf("no StorageClass for %s", want)
+		}
+	}
+
+	vscs, _ := all[*snapv1.VolumeSnapshotClass](m)
+	for _, vsc := range vscs {
+		checkSidecarKeys(t, "VolumeSnapshotClass "+vsc.Name, vsc.Parameters)
+		checkSecretRef(t, "VolumeSnapshotClass "+vsc.Name, vsc.Parameters, "snapshotter", secrets)
+	}
+}
+
+func checkSecretRef(t *testing.T, what string, params map[string]string, op string, secrets []*corev1.Secret) {
+	t.Helper()
+	name := params["csi.storage.k8s.io/"+op+"-secret-name"]
+	ns := params["csi.storage.k8s.io/"+op+"-secret-namespace"]
+	if name == "" || ns == "" {
+		t.Errorf("%s: no %s secret (csi.storage.k8s.io/%s-secret-name and -namespace)", what, op, op)
+		return
+	}
+	s := findNamed(secrets, ns, name)
+	if s == nil {
+		t.Errorf("%s: %s secret %s/%s is not in deploy/kubernetes", what, op, ns, name)
+		return
+	}
+	if _, err := config.CredentialsFromSecrets(secretData(s)); err != nil {
+		t.Errorf("%s: %s secret %s/%s: %v", what, op, ns, name, err)
+	}
+}
