@@ -154,18 +154,24 @@ func (s opStats) since(before opStats, calls int) map[string]opUse {
 // scrapeOps reads rbdcsi_ceph_operation_duration_seconds from a plugin's
 // /metrics (successes and errors together).
 func scrapeOps(ctx context.Context, addr string) (opStats, error) {
+	return scrapeMetrics(ctx, addr, parseOps)
+}
+
+// scrapeMetrics GETs a plugin's /metrics and parses the body.
+func scrapeMetrics[T any](ctx context.Context, addr string, parse func(io.Reader) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	var zero T
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
 	defer resp.Body.Close()
-	return parseOps(resp.Body)
+	return parse(resp.Body)
 }
 
 func parseOps(r io.Reader) (opStats, error) {
@@ -206,19 +212,12 @@ var goMemSeries = []string{
 }
 
 func scrapeGoMem(ctx context.Context, addr string) (map[string]float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
+	return scrapeMetrics(ctx, addr, parseGoMem)
+}
+
+func parseGoMem(r io.Reader) (map[string]float64, error) {
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())

@@ -36,6 +36,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rbdcsi/rbdcsi/e2e/harness"
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
@@ -350,7 +351,7 @@ func (b *bench) teardown(failed bool) []string {
 		left = append(left, "pool: "+strings.Join(rest, "; "))
 	}
 	// The plugin logs are in the results directory by now.
-	if mounts, fm, loops, pids := nodeLeftovers(b.work); b.cfg.keepWork || len(mounts)+len(fm)+len(loops)+len(pids) > 0 {
+	if l, err := harness.FindLeftovers(b.work); b.cfg.keepWork || err != nil || !l.Empty() {
 		b.logf("work directory kept: %s", b.work)
 	} else {
 		_ = os.RemoveAll(b.work)

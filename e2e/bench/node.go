@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,13 +8,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/rbdcsi/rbdcsi/e2e/harness"
 )
 
 func (b *bench) stage(ctx context.Context, nc csi.NodeClient, v *csi.Volume, fs, staging string) error {
@@ -215,60 +215,15 @@ func (b *bench) p7(ctx context.Context, p *plugin) ([]parallelRun, error) {
 	return runs, nil
 }
 
-// nodeLeftovers lists what the node still holds under dir: mount points
-// (FUSE ones apart), loop devices on files there and rbd-fuse processes
-// serving a directory there. Only the bench's own paths are looked at.
-func nodeLeftovers(dir string) (mounts, fuseMounts, loops []string, fusePIDs []int) {
-	b, _ := os.ReadFile("/proc/self/mountinfo")
-	for _, line := range strings.Split(string(b), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(f) < 5 || len(g) < 1 {
-			continue
-		}
-		if mp := f[4]; mp == dir || strings.HasPrefix(mp, dir+"/") {
-			if strings.HasPrefix(g[0], "fuse") {
-				fuseMounts = append(fuseMounts, mp)
-			} else {
-				mounts = append(mounts, mp)
-			}
-		}
-	}
-	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, f := range files {
-		bf, err := os.ReadFile(f)
-		if err == nil && strings.HasPrefix(string(bf), dir+"/") {
-			loops = append(loops, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(f))))
-		}
-	}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || len(cmd) == 0 {
-			continue
-		}
-		argv := strings.Split(string(bytes.TrimRight(cmd, "\x00")), "\x00")
-		if filepath.Base(argv[0]) != "rbd-fuse" || !strings.Contains(string(cmd), dir+"/") {
-			continue
-		}
-		st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if i := bytes.LastIndexByte(st, ')'); err == nil && i > 0 && i+2 < len(st) && st[i+2] != 'Z' {
-			fusePIDs = append(fusePIDs, pid)
-		}
-	}
-	return mounts, fuseMounts, loops, fusePIDs
-}
-
 // forceCleanNode removes, by hand, what the plugin failed to: mounts under
 // dir (deepest first), loop devices on files under dir, and the rbd-fuse
 // processes serving directories under dir. It returns what it found.
 func forceCleanNode(dir string) []string {
-	mounts, fuseMounts, loops, pids := nodeLeftovers(dir)
-	var found []string
+	l, err := harness.FindLeftovers(dir)
+	found := l.Describe()
+	if err != nil {
+		found = append(found, "scanning the node: "+err.Error())
+	}
 	unmount := func(m string) {
 		if exec.Command("umount", m).Run() != nil {
 			_ = exec.Command("umount", "-l", m).Run()
@@ -276,22 +231,26 @@ func forceCleanNode(dir string) []string {
 	}
 	// Filesystems on loop devices first, then the loop devices, then the
 	// FUSE mounts that back them, then the rbd-fuse processes.
+	var mounts, fuseMounts []string
+	for _, m := range l.Mounts {
+		if m.FUSE() {
+			fuseMounts = append(fuseMounts, m.Point)
+		} else {
+			mounts = append(mounts, m.Point)
+		}
+	}
 	sort.Sort(sort.Reverse(sort.StringSlice(mounts)))
 	for _, m := range mounts {
-		found = append(found, "mount "+m)
 		unmount(m)
 	}
-	for _, l := range loops {
-		found = append(found, "loop device "+l)
-		_ = exec.Command("losetup", "-d", l).Run()
+	for _, lo := range l.Loops {
+		_ = exec.Command("losetup", "-d", lo.Dev).Run()
 	}
 	for _, m := range fuseMounts {
-		found = append(found, "FUSE mount "+m)
 		unmount(m)
 	}
 	var wg sync.WaitGroup
-	for _, pid := range pids {
-		found = append(found, fmt.Sprintf("rbd-fuse process %d", pid))
+	for _, pid := range l.RBDFuse {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
