@@ -8,31 +8,26 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/rbdcsi/rbdcsi/internal/grpcerr"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
-// cephStatus turns a backend error into the gRPC status a caller can act
-// on; the causes that are the same for every call are decided here, the
-// call-specific ones (NotFound, AlreadyExists) by the caller first.
-func cephStatus(err error) error {
-	code := codes.Internal
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		code = codes.DeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		code = codes.Canceled
-	case errors.Is(err, rbd.ErrUnavailable):
-		code = codes.Unavailable
-	case errors.Is(err, rbd.ErrPermission):
-		code = codes.PermissionDenied
-	case errors.Is(err, rbd.ErrNoSpace):
-		code = codes.ResourceExhausted
-	case errors.Is(err, rbd.ErrPoolNotFound):
-		code = codes.NotFound
-	case errors.Is(err, rbd.ErrNotFound):
-		code = codes.NotFound
+// cephCodes are the codes of the backend's causes that are the same for
+// every call; the call-specific ones (NotFound, AlreadyExists) are decided
+// by the caller first.
+func cephCodes() grpcerr.Table {
+	return grpcerr.Table{
+		{Err: rbd.ErrUnavailable, Code: codes.Unavailable},
+		{Err: rbd.ErrPermission, Code: codes.PermissionDenied},
+		{Err: rbd.ErrNoSpace, Code: codes.ResourceExhausted},
+		{Err: rbd.ErrPoolNotFound, Code: codes.NotFound},
+		{Err: rbd.ErrNotFound, Code: codes.NotFound},
 	}
-	return status.Error(code, err.Error())
+}
+
+// cephStatus turns a backend error into the gRPC status a caller can act on.
+func cephStatus(err error) error {
+	return cephCodes().Status(err)
 }
 
 // writeStatus is cephStatus for a failed write: Ceph makes writes to a

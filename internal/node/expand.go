@@ -19,8 +19,8 @@ const refreshTimeout = 60 * time.Second
 // the filesystem on it, online. A raw block volume only needs the first.
 func (n *Node) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
 	if c := req.GetVolumeCapability(); c != nil {
-		if _, err := parseCapability(c); err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
+		if _, err := capability(c); err != nil {
+			return nil, err
 		}
 	}
 	required, limit := req.GetCapacityRange().GetRequiredBytes(), req.GetCapacityRange().GetLimitBytes()

@@ -20,6 +20,7 @@ import (
 	mount "k8s.io/mount-utils"
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/grpcerr"
 	"github.com/rbdcsi/rbdcsi/internal/lock"
 	"github.com/rbdcsi/rbdcsi/internal/mapper"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
@@ -166,26 +167,64 @@ func (n *Node) lock(volumeID string) (func(), error) {
 // ID and a path), takes the volume's lock and loads its record (nil when
 // there is none).
 func (n *Node) begin(id, what, path string) (volid.Volume, *record, func(), error) {
-	if id == "" {
-		return volid.Volume{}, nil, nil, status.Error(codes.InvalidArgument, "volume ID is missing")
+	if err := checkVolumePath(id, what, path); err != nil {
+		return volid.Volume{}, nil, nil, err
 	}
-	if err := checkPath(what, path); err != nil {
-		return volid.Volume{}, nil, nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	vol, err := volid.DecodeVolume(id)
-	if err != nil {
-		return volid.Volume{}, nil, nil, status.Errorf(codes.NotFound, "volume %.130q does not exist (not a volume ID of this driver)", id)
-	}
-	release, err := n.lock(id)
+	vol, err := decodeID(id)
 	if err != nil {
 		return volid.Volume{}, nil, nil, err
+	}
+	rec, release, err := n.lockRecord(id)
+	if err != nil {
+		return volid.Volume{}, nil, nil, err
+	}
+	return vol, rec, release, nil
+}
+
+// checkVolumePath checks the volume ID and the path that stage, publish
+// and their undoing all carry, in this order.
+func checkVolumePath(id, what, path string) error {
+	if id == "" {
+		return status.Error(codes.InvalidArgument, "volume ID is missing")
+	}
+	if err := checkPath(what, path); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	return nil
+}
+
+// capability is parseCapability for a request: a bad one is the caller's.
+func capability(c *csi.VolumeCapability) (capSpec, error) {
+	spec, err := parseCapability(c)
+	if err != nil {
+		return capSpec{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return spec, nil
+}
+
+// decodeID decodes a volume ID; one this driver did not make names no
+// volume, hence NotFound rather than InvalidArgument.
+func decodeID(id string) (volid.Volume, error) {
+	vol, err := volid.DecodeVolume(id)
+	if err != nil {
+		return volid.Volume{}, status.Errorf(codes.NotFound, "volume %.130q does not exist (not a volume ID of this driver)", id)
+	}
+	return vol, nil
+}
+
+// lockRecord takes the volume's lock and loads its record (nil when there
+// is none); the lock is released again if the load fails.
+func (n *Node) lockRecord(id string) (*record, func(), error) {
+	release, err := n.lock(id)
+	if err != nil {
+		return nil, nil, err
 	}
 	rec, err := n.store.load(id)
 	if err != nil {
 		release()
-		return volid.Volume{}, nil, nil, status.Error(codes.Internal, err.Error())
+		return nil, nil, status.Error(codes.Internal, err.Error())
 	}
-	return vol, rec, release, nil
+	return rec, release, nil
 }
 
 // mapperFor returns the mapper a record or request names.
@@ -197,6 +236,16 @@ func (n *Node) mapperFor(name string) (mapper.Mapper, error) {
 	return m, nil
 }
 
+// mapperCodes are the codes of the mappers' causes.
+func mapperCodes() grpcerr.Table {
+	return grpcerr.Table{
+		{Err: mapper.ErrUnsupported, Code: codes.FailedPrecondition},
+		{Err: mapper.ErrNotFound, Code: codes.NotFound},
+		{Err: mapper.ErrBusy, Code: codes.FailedPrecondition},
+		{Err: mapper.ErrUnavailable, Code: codes.Unavailable},
+	}
+}
+
 // statusFor turns an error into the gRPC status a caller can act on.
 // Errors that already are a status pass through.
 func statusFor(err error) error {
@@ -206,22 +255,7 @@ func statusFor(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	code := codes.Internal
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		code = codes.DeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		code = codes.Canceled
-	case errors.Is(err, mapper.ErrUnsupported):
-		code = codes.FailedPrecondition
-	case errors.Is(err, mapper.ErrNotFound):
-		code = codes.NotFound
-	case errors.Is(err, mapper.ErrBusy):
-		code = codes.FailedPrecondition
-	case errors.Is(err, mapper.ErrUnavailable):
-		code = codes.Unavailable
-	}
-	return status.Error(code, err.Error())
+	return mapperCodes().Status(err)
 }
 
 // logUndo reports a cleanup step that failed after an earlier failure;

@@ -17,16 +17,15 @@ import (
 // mount onto a target directory, or the device onto a target file.
 func (n *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	id, targetPath, staging := req.GetVolumeId(), req.GetTargetPath(), req.GetStagingTargetPath()
-	if id == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
+	if err := checkVolumePath(id, "target path", targetPath); err != nil {
+		return nil, err
 	}
-	if err := checkPath("target path", targetPath); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	capSpec, err := parseCapability(req.GetVolumeCapability())
+	capSpec, err := capability(req.GetVolumeCapability())
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, err
 	}
+	// No staging path means the volume is not staged: FailedPrecondition,
+	// which csi-sanity checks.
 	if staging == "" {
 		return nil, status.Error(codes.FailedPrecondition, "staging target path is missing: the volume must be staged (NodeStageVolume) first")
 	}
@@ -36,19 +35,14 @@ func (n *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 	if targetPath == staging {
 		return nil, status.Error(codes.InvalidArgument, "target path and staging target path are the same")
 	}
-	if _, err := volid.DecodeVolume(id); err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist (not a volume ID of this driver)", id)
+	if _, err := decodeID(id); err != nil {
+		return nil, err
 	}
-	release, err := n.lock(id)
+	rec, release, err := n.lockRecord(id)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-
-	rec, err := n.store.load(id)
-	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
 	switch {
 	case rec == nil || !rec.Staged:
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged on this node; call NodeStageVolume first", id)

@@ -21,19 +21,16 @@ import (
 // the staging path, formatting it first only if it holds nothing at all.
 func (n *Node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
 	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
-	if id == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
+	if err := checkVolumePath(id, "staging target path", staging); err != nil {
+		return nil, err
 	}
-	if err := checkPath("staging target path", staging); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	capSpec, err := parseCapability(req.GetVolumeCapability())
+	capSpec, err := capability(req.GetVolumeCapability())
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, err
 	}
-	vol, err := volid.DecodeVolume(id)
+	vol, err := decodeID(id)
 	if err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist (not a volume ID of this driver)", id)
+		return nil, err
 	}
 	params, err := volumeParams(vol, req.GetVolumeContext())
 	if err != nil {
@@ -44,16 +41,11 @@ func (n *Node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequ
 			return nil, err
 		}
 	}
-	release, err := n.lock(id)
+	rec, release, err := n.lockRecord(id)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-
-	rec, err := n.store.load(id)
-	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
 	// Without a mounter in the context, a volume keeps the one it was
 	// staged with: a changed --default-mounter applies to new stages only.
 	mounterName := params.Mounter

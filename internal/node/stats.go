@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rbdcsi/rbdcsi/internal/mapper"
-	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
 // stagedRecord returns the record of a staged volume, or NotFound.
@@ -17,8 +16,8 @@ func (n *Node) stagedRecord(id string) (*record, error) {
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
 	}
-	if _, err := volid.DecodeVolume(id); err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist (not a volume ID of this driver)", id)
+	if _, err := decodeID(id); err != nil {
+		return nil, err
 	}
 	rec, err := n.store.load(id)
 	if err != nil {
