@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"encoding/json"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +33,16 @@ func (e env) waitSwept(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	e.expectPoolEmpty(t)
+}
+
+// expectHiddenStays checks that, with the sweep off, the one hidden image
+// is still there a while after the delete that would have triggered it.
+func (e env) expectHiddenStays(t *testing.T) {
+	t.Helper()
+	time.Sleep(2 * time.Second)
+	if len(e.hiddenImages(t)) != 1 {
+		t.Fatalf("without the sweep the hidden image should stay: %v", e.c.Images(t))
+	}
 }
 
 // startController starts a controller plugin with extra flags.
@@ -73,10 +81,7 @@ func TestSweepReclaimsWhatACrashLeft(t *testing.T) {
 	// The retry finds the clone gone and cannot know its parent.
 	unswept := startController(t, e.c, "--reclaim-sweep-interval", "0")
 	unswept.delete(t, clone.VolumeId)
-	time.Sleep(2 * time.Second)
-	if len(e.hiddenImages(t)) != 1 {
-		t.Fatalf("without the sweep the hidden source should stay: %v", e.c.Images(t))
-	}
+	e.expectHiddenStays(t)
 
 	swept := startController(t, e.c)
 	swept.delete(t, clone.VolumeId)
@@ -97,21 +102,9 @@ func TestSweepCompletesHalfRemovedHiddenImage(t *testing.T) {
 	if len(hidden) != 1 {
 		t.Fatalf("the deleted volume is not kept for its snapshot: %v", e.c.Images(t))
 	}
-	out, err := e.c.RBD("info", "--format", "json", e.c.Pool+"/"+hidden[0])
-	harness.Must(t, err, "rbd info: %s", out)
-	var info struct {
-		ID string `json:"id"`
-	}
-	harness.Must(t, json.Unmarshal([]byte(out), &info), "rbd info json")
-	rados := exec.Command("rados", "-c", e.c.Conf, "--id", "admin", "-p", e.c.Pool, "rm", "rbd_header."+info.ID)
-	if out, err := rados.CombinedOutput(); err != nil {
-		t.Fatalf("rados rm: %v: %s", err, out)
-	}
+	e.removeHeader(t, hidden[0])
 	unswept.deleteSnapshot(t, snap.SnapshotId)
-	time.Sleep(2 * time.Second)
-	if len(e.hiddenImages(t)) != 1 {
-		t.Fatalf("without the sweep the half-removed image should stay listed: %v", e.c.Images(t))
-	}
+	e.expectHiddenStays(t)
 
 	swept := startController(t, e.c)
 	swept.deleteSnapshot(t, snap.SnapshotId)
