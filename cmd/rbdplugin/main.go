@@ -20,6 +20,7 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/driver"
 	"github.com/rbdcsi/rbdcsi/internal/metrics"
 	"github.com/rbdcsi/rbdcsi/internal/node"
+	"github.com/rbdcsi/rbdcsi/internal/nodereg"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
@@ -178,7 +179,7 @@ func run(ctx context.Context, f flags) error {
 		services.Node = nodeSvc
 		checks = append(checks, nodeChecks...)
 		hbCtx, stopHeartbeat := context.WithCancel(ctx)
-		wait, err := f.registry.startHeartbeat(hbCtx, clusters, backend, f.nodeID)
+		wait, err := f.registry.startHeartbeat(hbCtx, clusters, backend, nodereg.Node{ID: f.nodeID, MaxVolumes: f.node.maxVolumes})
 		if err != nil {
 			stopHeartbeat()
 			return err

@@ -56,7 +56,7 @@ func (r *registryFlags) controllerRegistry(clusters *config.ClusterMap, store no
 
 // startHeartbeat keeps this node registered until ctx ends; the returned
 // function waits for it to deregister.
-func (r *registryFlags) startHeartbeat(ctx context.Context, clusters *config.ClusterMap, store nodereg.Store, nodeID string) (wait func(), err error) {
+func (r *registryFlags) startHeartbeat(ctx context.Context, clusters *config.ClusterMap, store nodereg.Store, n nodereg.Node) (wait func(), err error) {
 	if r.location == "" {
 		return func() {}, nil
 	}
@@ -74,12 +74,12 @@ func (r *registryFlags) startHeartbeat(ctx context.Context, clusters *config.Clu
 	reg := nodereg.New(store, p, r.ttl)
 	// The first beat is synchronous, so the node is known as soon as it serves.
 	bctx, cancel := context.WithTimeout(ctx, r.ttl/5)
-	err = reg.Beat(bctx, nodeID)
+	err = reg.Beat(bctx, n)
 	cancel()
 	if err != nil {
 		return nil, err
 	}
 	done := make(chan struct{})
-	go func() { reg.Run(ctx, nodeID, r.ttl/5); close(done) }()
+	go func() { reg.Run(ctx, n, r.ttl/5); close(done) }()
 	return func() { <-done }, nil
 }

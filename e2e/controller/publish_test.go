@@ -18,7 +18,9 @@ import (
 // register themselves in the node registry, all on one machine.
 type attachEnv struct {
 	env
-	nodes map[string]*harness.Plugin
+	nodes     map[string]*harness.Plugin
+	secretDir string
+	registry  []string
 }
 
 func setupAttach(t *testing.T) attachEnv {
@@ -26,13 +28,19 @@ func setupAttach(t *testing.T) attachEnv {
 	secretDir := harness.WriteControllerSecretDir(t, c)
 	registry := []string{"--node-registry", c.ClusterID + "/" + c.Pool, "--node-registry-ttl", "30s"}
 	p := harness.StartPlugin(t, c, append([]string{"--mode", "controller", "--controller-secret-dir", secretDir}, registry...)...)
-	e := attachEnv{env: env{c: c, p: p, cc: p.Controller()}, nodes: map[string]*harness.Plugin{}}
+	e := attachEnv{env: env{c: c, p: p, cc: p.Controller()}, nodes: map[string]*harness.Plugin{}, secretDir: secretDir, registry: registry}
 	for _, n := range []string{"node-a", "node-b"} {
-		e.nodes[n] = harness.StartPlugin(t, c, append([]string{"--mode", "node", "--nodeid", n, "--node-secret-dir", secretDir,
-			"--state-dir", t.TempDir(), "--default-mounter", "fuse"}, registry...)...)
+		e.startNode(t, n)
 	}
 	t.Cleanup(func() { c.ExpectNoImages(t) })
 	return e
+}
+
+// startNode starts a node plugin that registers itself as name.
+func (e attachEnv) startNode(t *testing.T, name string, extra ...string) {
+	args := append([]string{"--mode", "node", "--nodeid", name, "--node-secret-dir", e.secretDir,
+		"--state-dir", t.TempDir(), "--default-mounter", "fuse"}, e.registry...)
+	e.nodes[name] = harness.StartPlugin(t, e.c, append(args, extra...)...)
 }
 
 func capOf(mode csi.VolumeCapability_AccessMode_Mode, block bool) *csi.VolumeCapability {

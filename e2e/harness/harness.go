@@ -59,7 +59,8 @@ func ClusterFromEnv() (Cluster, error) {
 // PoolLeaks lists what a suite left in the pool: images, trash entries,
 // snapshot claims and image objects. Data objects of removed snapshots are
 // trimmed by the OSD in the background, so they get a bounded while to go.
-// The node registry (rbdcsi.nodes) is state of running nodes, not a leak.
+// The node registry (rbdcsi.nodes) is state of running nodes, not a leak;
+// its attachment index entries are.
 func (c Cluster) PoolLeaks() []string {
 	var left []string
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
@@ -88,10 +89,33 @@ func (c Cluster) PoolLeaks() []string {
 				left = append(left, "object "+obj)
 			}
 		}
+		left = append(left, c.AttachIndexLeft()...)
 		if len(left) == 0 || time.Now().After(deadline) {
 			return left
 		}
 	}
+}
+
+// AttachIndexLeft lists the node registry's attachment index entries
+// ("attach/<node>/<volumeID>"): after a suite every volume is detached, so
+// any entry is a leak.
+func (c Cluster) AttachIndexLeft() []string {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "rados", "-c", c.Conf, "--id", "admin", "-p", c.Pool, "listomapkeys", "rbdcsi.nodes").CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "No such file") {
+			return nil
+		}
+		return []string{"rados listomapkeys: " + err.Error()}
+	}
+	var left []string
+	for _, k := range strings.Fields(string(out)) {
+		if strings.HasPrefix(k, "attach/") {
+			left = append(left, "attachment index entry "+k)
+		}
+	}
+	return left
 }
 
 // CheckPoolAfter runs a package's tests, then fails the run if they left

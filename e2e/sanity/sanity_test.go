@@ -39,7 +39,8 @@ func TestSanity(t *testing.T) {
 	// The fuse mounter: this machine has neither krbd nor nbd (MACHINE.md).
 	p := harness.StartPlugin(t, c, "--mode", "all", "--nodeid", "sanity-node", "--default-mounter", "fuse",
 		"--state-dir", stateDir, "--controller-secret-dir", secretDir,
-		"--node-registry", c.ClusterID+"/"+c.Pool, "--node-secret-dir", secretDir, "--v", "10")
+		"--node-registry", c.ClusterID+"/"+c.Pool, "--node-secret-dir", secretDir, "--v", "10",
+		"--max-volumes-per-node", "4")
 
 	work := t.TempDir()
 	secretsFile := filepath.Join(work, "secrets.yaml")
@@ -61,6 +62,7 @@ func TestSanity(t *testing.T) {
 	cfg.TestVolumeSize = 1 << 30 // thin: costs nothing until written
 	cfg.TestVolumeExpandSize = 2 << 30
 	cfg.IdempotentCount = 3
+	cfg.TestNodeVolumeAttachLimit = true // the controller enforces the node's limit
 	sanity.GinkgoTest(&cfg)
 
 	RegisterFailHandler(Fail)

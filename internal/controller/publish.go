@@ -10,12 +10,17 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rbdcsi/rbdcsi/internal/attach"
+	"github.com/rbdcsi/rbdcsi/internal/nodereg"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
-// Nodes tells which nodes exist (internal/nodereg implements it).
+// Nodes tells which nodes exist and indexes what is attached to each
+// (internal/nodereg implements it).
 type Nodes interface {
-	Known(ctx context.Context, nodeID string) (bool, error)
+	Lookup(ctx context.Context, nodeID string) (nodereg.Node, bool, error)
+	Attachments(ctx context.Context, nodeID string) ([]string, error)
+	AddAttachment(ctx context.Context, nodeID, volumeID string) error
+	RemoveAttachment(ctx context.Context, nodeID, volumeID string) error
 }
 
 // ControllerPublishVolume records the attachment of a volume to a node.
@@ -38,7 +43,7 @@ func (c *Controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 	if _, err := volid.DecodeVolume(id); err != nil {
 		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist", id)
 	}
-	known, err := c.nodes.Known(ctx, node)
+	n, known, err := c.nodes.Lookup(ctx, node)
 	if err != nil {
 		return nil, cephStatus(fmt.Errorf("looking up node %s: %w", node, err))
 	}
@@ -68,6 +73,11 @@ func (c *Controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 	if why := attach.Conflict(node, want, isBlock(req.GetVolumeCapability()), existing); why != "" {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s cannot be attached to node %s: %s", id, node, why)
 	}
+	releaseSlot, err := c.reserveSlot(ctx, n, id)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseSlot()
 	if err := c.backend.SetMetadata(ctx, pool, vol.Image, map[string]string{attach.MetaPrefix + node: want.String()}); err != nil {
 		return nil, cephStatus(err)
 	}
@@ -94,25 +104,33 @@ func (c *Controller) ControllerUnpublishVolume(ctx context.Context, req *csi.Con
 	}
 	defer release()
 
+	// The record goes first, then the index entry: a crash in between
+	// leaves an entry the limit check finds stale.
+	nodes := []string{node}
 	info, err := c.stat(ctx, pool, vol)
-	if status.Code(err) == codes.NotFound {
-		return &csi.ControllerUnpublishVolumeResponse{}, nil
-	}
-	if err != nil {
+	switch {
+	case status.Code(err) == codes.NotFound:
+	case err != nil:
 		return nil, err
-	}
-	var keys []string
-	for n := range attach.Records(info.Metadata) {
-		if node == "" || n == node { // no node: detach from all
-			keys = append(keys, attach.MetaPrefix+n)
+	default:
+		var keys []string
+		for n := range attach.Records(info.Metadata) {
+			if node == "" { // no node: detach from all
+				nodes = append(nodes, n)
+			}
+			if node == "" || n == node {
+				keys = append(keys, attach.MetaPrefix+n)
+			}
+		}
+		if len(keys) > 0 {
+			if err := c.backend.RemoveMetadata(ctx, pool, vol.Image, keys...); err != nil {
+				return nil, cephStatus(err)
+			}
+			klog.V(2).InfoS("detached volume", "volumeID", id, "node", node)
 		}
 	}
-	if len(keys) == 0 {
-		return &csi.ControllerUnpublishVolumeResponse{}, nil
+	if err := c.unindex(ctx, id, nodes); err != nil {
+		return nil, err
 	}
-	if err := c.backend.RemoveMetadata(ctx, pool, vol.Image, keys...); err != nil {
-		return nil, cephStatus(err)
-	}
-	klog.V(2).InfoS("detached volume", "volumeID", id, "node", node)
 	return &csi.ControllerUnpublishVolumeResponse{}, nil
 }

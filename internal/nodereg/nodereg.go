@@ -3,12 +3,15 @@
 // per node ID), and the controller treats a node whose heartbeat is older
 // than a TTL as unknown. It works wherever the node plugins reach Ceph, with
 // no Kubernetes API access, and needs only a Ceph user that may write that
-// one object.
+// one object. A heartbeat also carries the node's volume limit, and the
+// same object indexes which volumes the controller attached to each node,
+// so the limit can be enforced without reading every image.
 package nodereg
 
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -19,14 +22,27 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
-// Object is the RADOS object holding the heartbeats.
+// Object is the RADOS object holding the heartbeats and the attachment
+// index.
 const Object = "rbdcsi.nodes"
+
+// attachPrefix starts the index keys "attach/<node>/<volumeID>". Node IDs
+// hold no "/", so these never clash with a heartbeat key.
+const attachPrefix = "attach/"
 
 // Store is the omap access the registry needs; internal/rbd implements it.
 type Store interface {
 	SetOmap(ctx context.Context, p rbd.Pool, object string, kv map[string]string) error
 	GetOmap(ctx context.Context, p rbd.Pool, object, key string) (string, bool, error)
 	RemoveOmapKeys(ctx context.Context, p rbd.Pool, object string, keys ...string) error
+	ListOmap(ctx context.Context, p rbd.Pool, object, prefix string) (map[string]string, error)
+}
+
+// Node is what a heartbeat tells about a node.
+type Node struct {
+	ID string
+	// MaxVolumes is how many volumes the node can have attached; 0: no limit.
+	MaxVolumes int64
 }
 
 // Registry reads and writes node heartbeats in one pool.
@@ -70,29 +86,35 @@ func ValidNodeID(id string) bool {
 	return true
 }
 
-// Beat records that the node is alive now.
-func (r *Registry) Beat(ctx context.Context, nodeID string) error {
-	return r.store.SetOmap(ctx, r.pool, Object, map[string]string{nodeID: strconv.FormatInt(r.now().Unix(), 10)})
+// Beat records that the node is alive now. The value is the Unix time,
+// then the node's volume limit when it has one.
+func (r *Registry) Beat(ctx context.Context, n Node) error {
+	v := strconv.FormatInt(r.now().Unix(), 10)
+	if n.MaxVolumes > 0 {
+		v += " " + strconv.FormatInt(n.MaxVolumes, 10)
+	}
+	return r.store.SetOmap(ctx, r.pool, Object, map[string]string{n.ID: v})
 }
 
 // Run beats every interval until ctx ends, then removes the node's entry:
 // a node that shuts down cleanly is unknown at once, one that dies is
-// unknown after the TTL.
-func (r *Registry) Run(ctx context.Context, nodeID string, every time.Duration) {
+// unknown after the TTL. Its attachments stay indexed: they outlive the
+// plugin.
+func (r *Registry) Run(ctx context.Context, n Node, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		bctx, cancel := context.WithTimeout(ctx, every)
-		if err := r.Beat(bctx, nodeID); err != nil && ctx.Err() == nil {
-			klog.ErrorS(err, "node heartbeat failed; the controller will refuse attachments here once it is stale", "node", nodeID)
+		if err := r.Beat(bctx, n); err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "node heartbeat failed; the controller will refuse attachments here once it is stale", "node", n.ID)
 		}
 		cancel()
 		select {
 		case <-ctx.Done():
 			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if err := r.store.RemoveOmapKeys(dctx, r.pool, Object, nodeID); err != nil {
-				klog.ErrorS(err, "removing node heartbeat", "node", nodeID)
+			if err := r.store.RemoveOmapKeys(dctx, r.pool, Object, n.ID); err != nil {
+				klog.ErrorS(err, "removing node heartbeat", "node", n.ID)
 			}
 			return
 		case <-t.C:
@@ -100,18 +122,52 @@ func (r *Registry) Run(ctx context.Context, nodeID string, every time.Duration) 
 	}
 }
 
-// Known reports whether the node has a heartbeat within the TTL.
-func (r *Registry) Known(ctx context.Context, nodeID string) (bool, error) {
+// Lookup returns the node if it has a heartbeat within the TTL.
+func (r *Registry) Lookup(ctx context.Context, nodeID string) (Node, bool, error) {
 	if !ValidNodeID(nodeID) {
-		return false, nil
+		return Node{}, false, nil
 	}
 	v, ok, err := r.store.GetOmap(ctx, r.pool, Object, nodeID)
 	if err != nil || !ok {
-		return false, err
+		return Node{}, false, err
 	}
-	sec, err := strconv.ParseInt(v, 10, 64)
+	beat, limit, _ := strings.Cut(v, " ")
+	sec, err := strconv.ParseInt(beat, 10, 64)
+	if err != nil || r.now().Sub(time.Unix(sec, 0)) > r.ttl {
+		return Node{}, false, nil
+	}
+	n := Node{ID: nodeID}
+	if limit != "" {
+		if n.MaxVolumes, err = strconv.ParseInt(limit, 10, 64); err != nil || n.MaxVolumes < 0 {
+			return Node{}, false, fmt.Errorf("node %s has a malformed heartbeat %q", nodeID, v)
+		}
+	}
+	return n, true, nil
+}
+
+func attachKey(nodeID, volumeID string) string { return attachPrefix + nodeID + "/" + volumeID }
+
+// Attachments lists the volume IDs indexed as attached to the node.
+func (r *Registry) Attachments(ctx context.Context, nodeID string) ([]string, error) {
+	prefix := attachKey(nodeID, "")
+	kv, err := r.store.ListOmap(ctx, r.pool, Object, prefix)
 	if err != nil {
-		return false, nil
+		return nil, err
 	}
-	return r.now().Sub(time.Unix(sec, 0)) <= r.ttl, nil
+	ids := make([]string, 0, len(kv))
+	for k := range kv {
+		ids = append(ids, strings.TrimPrefix(k, prefix))
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// AddAttachment indexes a volume as attached to the node.
+func (r *Registry) AddAttachment(ctx context.Context, nodeID, volumeID string) error {
+	return r.store.SetOmap(ctx, r.pool, Object, map[string]string{attachKey(nodeID, volumeID): ""})
+}
+
+// RemoveAttachment drops a volume from the node's index; absent is fine.
+func (r *Registry) RemoveAttachment(ctx context.Context, nodeID, volumeID string) error {
+	return r.store.RemoveOmapKeys(ctx, r.pool, Object, attachKey(nodeID, volumeID))
 }

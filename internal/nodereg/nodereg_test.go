@@ -2,6 +2,9 @@ package nodereg
 
 import (
 	"context"
+	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,13 +33,23 @@ func (m memStore) RemoveOmapKeys(_ context.Context, _ rbd.Pool, _ string, keys .
 	return nil
 }
 
-func TestKnownHonoursTTL(t *testing.T) {
+func (m memStore) ListOmap(_ context.Context, _ rbd.Pool, _ string, prefix string) (map[string]string, error) {
+	out := map[string]string{}
+	for k, v := range m {
+		if strings.HasPrefix(k, prefix) {
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+
+func TestLookupHonoursTTL(t *testing.T) {
 	store := memStore{}
 	r := New(store, rbd.Pool{}, time.Minute)
 	now := time.Unix(1_000_000, 0)
 	r.now = func() time.Time { return now }
 	ctx := context.Background()
-	if err := r.Beat(ctx, "node-a"); err != nil {
+	if err := r.Beat(ctx, Node{ID: "node-a"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -52,13 +65,13 @@ func TestKnownHonoursTTL(t *testing.T) {
 		{"", 0, false},
 	} {
 		now = time.Unix(1_000_000, 0).Add(tc.after)
-		got, err := r.Known(ctx, tc.node)
+		_, got, err := r.Lookup(ctx, tc.node)
 		if err != nil || got != tc.want {
-			t.Errorf("Known(%q) after %v = %v, %v; want %v", tc.node, tc.after, got, err, tc.want)
+			t.Errorf("Lookup(%q) after %v = %v, %v; want %v", tc.node, tc.after, got, err, tc.want)
 		}
 	}
 	store["node-c"] = "garbage"
-	if ok, _ := r.Known(ctx, "node-c"); ok {
+	if _, ok, _ := r.Lookup(ctx, "node-c"); ok {
 		t.Error("an unparsable heartbeat counts")
 	}
 }
@@ -68,10 +81,10 @@ func TestRunDeregistersOnStop(t *testing.T) {
 	r := New(store, rbd.Pool{}, time.Minute)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { r.Run(ctx, "node-a", 10*time.Millisecond); close(done) }()
+	go func() { r.Run(ctx, Node{ID: "node-a"}, 10*time.Millisecond); close(done) }()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if ok, _ := r.Known(context.Background(), "node-a"); ok {
+		if _, ok, _ := r.Lookup(context.Background(), "node-a"); ok {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -94,5 +107,51 @@ func TestParseLocation(t *testing.T) {
 		if _, _, err := ParseLocation(bad); err == nil {
 			t.Errorf("accepted %q", bad)
 		}
+	}
+}
+
+func TestHeartbeatCarriesTheVolumeLimit(t *testing.T) {
+	store := memStore{}
+	r := New(store, rbd.Pool{}, time.Minute)
+	ctx := context.Background()
+	for _, want := range []Node{{ID: "limited", MaxVolumes: 16}, {ID: "unlimited"}} {
+		if err := r.Beat(ctx, want); err != nil {
+			t.Fatal(err)
+		}
+		got, ok, err := r.Lookup(ctx, want.ID)
+		if err != nil || !ok || got != want {
+			t.Errorf("Lookup(%s) = %+v, %v, %v; want %+v", want.ID, got, ok, err, want)
+		}
+	}
+	store["broken"] = strconv.FormatInt(time.Now().Unix(), 10) + " many"
+	if _, _, err := r.Lookup(ctx, "broken"); err == nil {
+		t.Error("a malformed limit is not reported")
+	}
+}
+
+func TestAttachmentIndexIsPerNode(t *testing.T) {
+	store := memStore{}
+	r := New(store, rbd.Pool{}, time.Minute)
+	ctx := context.Background()
+	for _, a := range [][2]string{{"n1", "v1:c:p:a"}, {"n1", "v1:c:p:b"}, {"n10", "v1:c:p:c"}, {"n1", "v1:c:p:a"}} {
+		if err := r.AddAttachment(ctx, a[0], a[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Beat(ctx, Node{ID: "n1", MaxVolumes: 2}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Attachments(ctx, "n1")
+	if want := []string{"v1:c:p:a", "v1:c:p:b"}; err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("Attachments(n1) = %v, %v; want %v (n10's and the heartbeat are not n1's)", got, err, want)
+	}
+	if err := r.RemoveAttachment(ctx, "n1", "v1:c:p:a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RemoveAttachment(ctx, "n1", "v1:c:p:a"); err != nil {
+		t.Fatal("removing an absent entry:", err)
+	}
+	if got, _ := r.Attachments(ctx, "n1"); !reflect.DeepEqual(got, []string{"v1:c:p:b"}) {
+		t.Fatalf("after removal: %v", got)
 	}
 }

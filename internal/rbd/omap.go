@@ -49,3 +49,23 @@ func (b *Backend) RemoveOmapKeys(ctx context.Context, p Pool, object string, key
 		return nil
 	})
 }
+
+// ListOmap reads the keys of a RADOS object's omap that start with prefix;
+// a missing object has none.
+func (b *Backend) ListOmap(ctx context.Context, p Pool, object, prefix string) (map[string]string, error) {
+	out := map[string]string{}
+	err := b.withIoctx(ctx, p, "ListOmap", func(ioctx *rados.IOContext) error {
+		vals, err := ioctx.GetAllOmapValues(object, "", prefix, 256)
+		if err = classify(err); errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", object, err)
+		}
+		for k, v := range vals {
+			out[k] = string(v)
+		}
+		return nil
+	})
+	return out, err
+}
