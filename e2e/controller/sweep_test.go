@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -109,4 +110,75 @@ func TestSweepCompletesHalfRemovedHiddenImage(t *testing.T) {
 	swept := startController(t, e.c)
 	swept.deleteSnapshot(t, snap.SnapshotId)
 	swept.waitSwept(t)
+}
+
+// CreateVolume calls that crashed and were never retried (the PVC was
+// deleted meanwhile) leave an unfinished image, an unfinished clone, and a
+// volume clone's temporary snapshot on its source. Once they are older
+// than one sweep interval, the sweep after a delete removes them; the
+// finished volumes and the user's snapshot stay.
+func TestSweepRemovesWhatAbandonedCreatesLeft(t *testing.T) {
+	e := setup(t)
+	src := e.mustCreate(t, "abandoned-src", 8*mib)
+	snap, err := e.snapshot(t, "abandoned-snap", src.VolumeId)
+	harness.Must(t, err, "snapshot")
+	defer e.deleteSnapshot(t, snap.SnapshotId)
+	for point, create := range map[string]func(env) error{
+		"CreateImage:created": func(c env) error { _, err := c.create(t, "abandoned-vol", 8*mib); return err },
+		"Clone:cloned": func(c env) error {
+			_, err := c.createFrom(t, "abandoned-restore", 8*mib, fromSnapshot(snap.SnapshotId))
+			return err
+		},
+		"CreateVolume:source-snapshot": func(c env) error {
+			_, err := c.createFrom(t, "abandoned-clone", 8*mib, fromVolume(src.VolumeId))
+			return err
+		},
+	} {
+		if create(startController(t, e.c, "--test-crash-at", point)) == nil {
+			t.Fatalf("CreateVolume survived --test-crash-at %s", point)
+		}
+	}
+	before := e.c.Images(t)
+	if len(before) != 3 {
+		t.Fatalf("want the source and two unfinished images after the crashes, have %v", before)
+	}
+	if snaps := e.userSnaps(t, imageOf(t, src.VolumeId)); len(snaps) != 2 {
+		t.Fatalf("want the user's and a temporary snapshot on the source, have %v", snaps)
+	}
+
+	swept := startController(t, e.c, "--reclaim-sweep-interval", "1s")
+	time.Sleep(1500 * time.Millisecond) // everything is older than one interval now
+	scratch, err := swept.create(t, "abandoned-scratch", 8*mib)
+	harness.Must(t, err, "create scratch")
+	swept.delete(t, scratch.Volume.VolumeId)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		imgs, snaps := e.c.Images(t), e.userSnaps(t, imageOf(t, src.VolumeId))
+		if len(imgs) == 1 && imgs[0] == imageOf(t, src.VolumeId) && len(snaps) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after the delete: images %v, snapshots of the source %v", imgs, snaps)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	after, err := e.createFrom(t, "abandoned-after", 8*mib, fromSnapshot(snap.SnapshotId))
+	harness.Must(t, err, "restore the user's snapshot after the sweep")
+	e.delete(t, after.VolumeId)
+}
+
+// userSnaps lists an image's snapshots in the user namespace.
+func (e env) userSnaps(t *testing.T, image string) []string {
+	t.Helper()
+	out, err := e.c.RBD("snap", "ls", "--format", "json", e.c.Pool+"/"+image)
+	harness.Must(t, err, "rbd snap ls: %s", out)
+	var snaps []struct {
+		Name string `json:"name"`
+	}
+	harness.Must(t, json.Unmarshal([]byte(out), &snaps), "rbd snap ls json")
+	var names []string
+	for _, s := range snaps {
+		names = append(names, s.Name)
+	}
+	return names
 }

@@ -130,7 +130,7 @@ func (c *Controller) reclaim(ctx context.Context, pool rbd.Pool, imageID string)
 		if !strings.HasPrefix(fam.Name, hiddenPrefix) || len(fam.Snaps) > 0 || fam.TrashedSnaps > 0 || fam.Watchers > 0 {
 			return nil
 		}
-		err = c.removeHidden(ctx, pool, fam)
+		err = c.removeImage(ctx, pool, fam)
 		if errors.Is(err, rbd.ErrHasSnapshots) || errors.Is(err, rbd.ErrBusy) {
 			return nil // a dependent appeared meanwhile; its removal reclaims
 		}
@@ -146,11 +146,11 @@ func (c *Controller) reclaim(ctx context.Context, pool rbd.Pool, imageID string)
 	return nil
 }
 
-// removeHidden removes a hidden image, queued behind other detaches from
-// its parent (see finishRemoval). The removal is not bounded by the
-// request: an interrupted one would leave a hidden image that can no longer
-// be found by its ID (the sweeper completes those).
-func (c *Controller) removeHidden(ctx context.Context, pool rbd.Pool, fam rbd.Family) error {
+// removeImage removes an image nobody uses any more (hidden, unfinished),
+// queued behind other detaches from its parent (see finishRemoval). The
+// removal is not bounded by the request: an interrupted one would leave an
+// image without a header (the sweeper completes those).
+func (c *Controller) removeImage(ctx context.Context, pool rbd.Pool, fam rbd.Family) error {
 	if fam.Parent != nil {
 		release, err := c.waitLock(ctx, parentKey(fam.Parent.Pool, fam.Parent.ImageID))
 		if err != nil {

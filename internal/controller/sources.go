@@ -149,12 +149,13 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, clusterID
 	if vol.ClusterID != clusterID {
 		return source{}, status.Errorf(codes.InvalidArgument, "volume %s is in cluster %s, not in the StorageClass's cluster %s", v.GetVolumeId(), vol.ClusterID, clusterID)
 	}
-	release, ok := c.locks.TryLock("vol/" + v.GetVolumeId())
+	ppool := parentPool(pool, &rbd.Parent{Pool: vol.Pool})
+	release, ok := c.locks.TryLock("vol/"+v.GetVolumeId(), imageKey(ppool, vol.Image))
 	if !ok {
 		return source{}, pending("volume " + v.GetVolumeId())
 	}
 	defer release()
-	ppool := parentPool(pool, &rbd.Parent{Pool: vol.Pool})
+	c.sweeper.touch(ppool, vol.Image)
 	fam, err := c.family(ctx, ppool, vol)
 	if err != nil {
 		return source{}, err

@@ -12,16 +12,23 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
-// sweepTimeout bounds one pass over a pool's hidden images.
+// sweepTimeout bounds one pass over a pool.
 const sweepTimeout = time.Hour
 
-// sweeper finds hidden images (deleted volumes kept for their snapshots or
-// clones) whose reclaim was cut short, e.g. by a controller crash between a
-// clone's removal and its parent's reclaim, or by a removal interrupted
-// half-way, and finishes them. The controller holds no credentials of its
-// own for a pool, so a sweep runs after a delete in that pool, with that
-// request's credentials, at most once per interval and never on the request
-// path. A restarted controller sweeps at the first delete.
+// sweeper finishes, off the request path, what a crashed or abandoned
+// request left in a pool and no retry will come back for:
+//   - hidden images (deleted volumes kept for their snapshots or clones)
+//     that nothing needs any more, or whose removal was cut short;
+//   - unfinished volume images (created, never given their name) of a
+//     CreateVolume that was not retried;
+//   - temporary snapshots of volume clones that were not retried.
+//
+// The controller holds no credentials of its own for a pool, so a sweep
+// runs after a delete in that pool, with that request's credentials, at
+// most once per interval; a restarted controller sweeps at the first
+// delete. What is younger than one interval is left alone: a request may
+// still be working on it. Volume images found clean are not read again
+// until a request touches them.
 type sweeper struct {
 	c        *Controller
 	interval time.Duration
@@ -32,17 +39,47 @@ type sweeper struct {
 	mu      sync.Mutex
 	last    map[string]time.Time // pool key -> start of its last sweep
 	running map[string]bool
+	clean   map[string]bool // pool key + "/" + image: finished, no temporary snapshot
+	gen     uint64          // counts touch calls, so a check that overlapped one is not cached
 }
 
 func newSweeper(c *Controller, interval time.Duration) *sweeper {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &sweeper{c: c, interval: interval, ctx: ctx, cancel: cancel,
-		last: map[string]time.Time{}, running: map[string]bool{}}
+		last: map[string]time.Time{}, running: map[string]bool{}, clean: map[string]bool{}}
 }
 
 func (s *sweeper) stop() {
 	s.cancel()
 	s.wg.Wait()
+}
+
+func poolKey(p rbd.Pool) string { return p.MonHost + "/" + p.Name }
+
+// imageKey is the try-lock a request holds while it creates the image or
+// snapshots it for a clone; the sweep takes it too.
+func imageKey(p rbd.Pool, image string) string { return "image/" + poolKey(p) + "/" + image }
+
+// touch forgets that an image was found clean: a request is changing it.
+func (s *sweeper) touch(p rbd.Pool, image string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.clean, poolKey(p)+"/"+image)
+	s.gen++
+}
+
+func (s *sweeper) isClean(key string) (bool, uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.clean[key], s.gen
+}
+
+func (s *sweeper) markClean(key string, gen uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen == gen {
+		s.clean[key] = true
+	}
 }
 
 // after is called when a delete in the pool succeeded: it starts a sweep
@@ -51,7 +88,7 @@ func (s *sweeper) after(pool rbd.Pool) {
 	if s.interval <= 0 {
 		return
 	}
-	key := pool.MonHost + "/" + pool.Name
+	key := poolKey(pool)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.running[key] || s.ctx.Err() != nil {
@@ -72,12 +109,12 @@ func (s *sweeper) after(pool rbd.Pool) {
 		ctx, cancel := context.WithTimeout(s.ctx, sweepTimeout)
 		defer cancel()
 		if err := s.sweep(ctx, pool); err != nil {
-			klog.ErrorS(err, "sweeping hidden images failed; the next delete in the pool tries again", "pool", pool.Name)
+			klog.ErrorS(err, "sweeping the pool failed; the next delete in the pool tries again", "pool", pool.Name)
 		}
 	}()
 }
 
-// sweep reclaims every hidden image of the pool that nothing needs.
+// sweep looks at every image of the pool the driver made.
 func (s *sweeper) sweep(ctx context.Context, pool rbd.Pool) error {
 	names, err := s.c.backend.ListImages(ctx, pool)
 	if errors.Is(err, rbd.ErrPoolNotFound) {
@@ -90,27 +127,29 @@ func (s *sweeper) sweep(ctx context.Context, pool rbd.Pool) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		id, ok := strings.CutPrefix(name, hiddenPrefix)
-		if !ok {
-			continue
+		var err error
+		if id, ok := strings.CutPrefix(name, hiddenPrefix); ok {
+			err = s.sweepHidden(ctx, pool, name, id)
+		} else if isVolumeImage(name) {
+			err = s.sweepVolume(ctx, pool, name)
 		}
-		// The image's own key: an image with work in progress on its
-		// snapshots or clones is left to that work.
-		release, ok := s.c.locks.TryLock(parentKey(pool.Name, id))
-		if !ok {
-			continue
-		}
-		err := s.sweepOne(ctx, pool, name, id)
-		release()
 		if err != nil {
-			klog.ErrorS(err, "reclaiming a hidden image", "pool", pool.Name, "image", name)
+			klog.ErrorS(err, "sweeping an image", "pool", pool.Name, "image", name)
 		}
 	}
 	return nil
 }
 
-func (s *sweeper) sweepOne(ctx context.Context, pool rbd.Pool, name, id string) error {
-	_, err := s.c.backend.StatFamily(ctx, pool, name, "")
+// sweepHidden reclaims a hidden image nothing needs.
+func (s *sweeper) sweepHidden(ctx context.Context, pool rbd.Pool, name, id string) error {
+	// The image's own key: work in progress on its snapshots or clones
+	// goes first.
+	release, ok := s.c.locks.TryLock(parentKey(pool.Name, id))
+	if !ok {
+		return nil
+	}
+	defer release()
+	fam, err := s.c.backend.StatFamily(ctx, pool, name, "")
 	if errors.Is(err, rbd.ErrNotFound) {
 		// Listed but without a header: a removal cut short. Removing it
 		// again completes it.
@@ -125,5 +164,74 @@ func (s *sweeper) sweepOne(ctx context.Context, pool rbd.Pool, name, id string) 
 	if err != nil {
 		return err
 	}
+	if _, err := s.dropSettledTmp(ctx, pool, fam); err != nil {
+		return err
+	}
 	return s.c.reclaim(ctx, pool, id)
 }
+
+// sweepVolume removes a volume image nobody finished, or the temporary
+// snapshots a volume clone left on its source.
+func (s *sweeper) sweepVolume(ctx context.Context, pool rbd.Pool, name string) error {
+	key := poolKey(pool) + "/" + name
+	clean, gen := s.isClean(key)
+	if clean {
+		return nil
+	}
+	release, ok := s.c.locks.TryLock(imageKey(pool, name))
+	if !ok {
+		return nil // a request is creating it or cloning from it
+	}
+	defer release()
+	fam, err := s.c.backend.StatFamily(ctx, pool, name, "")
+	if errors.Is(err, rbd.ErrNotFound) {
+		return nil // gone, or a deletion in progress that its retry completes
+	}
+	if err != nil {
+		return err
+	}
+	if !finished(fam.Metadata, name) {
+		if s.settled(fam.Created) && fam.Watchers == 0 && len(fam.Snaps) == 0 {
+			klog.InfoS("removing an unfinished volume image that no retry came back for", "pool", pool.Name, "image", name, "created", fam.Created)
+			return s.c.removeImage(ctx, pool, fam)
+		}
+		return nil
+	}
+	release, ok = s.c.locks.TryLock(parentKey(pool.Name, fam.ID))
+	if !ok {
+		return nil // its snapshots or clones are changing
+	}
+	defer release()
+	tmpLeft, err := s.dropSettledTmp(ctx, pool, fam)
+	if err != nil {
+		return err
+	}
+	if !tmpLeft {
+		s.markClean(key, gen)
+	}
+	return nil
+}
+
+// dropSettledTmp removes the temporary snapshots of volume clones older
+// than one interval (RBD keeps one in its trash namespace while its clone
+// needs it) and reports whether younger ones are left. The caller holds
+// the image's parent key.
+func (s *sweeper) dropSettledTmp(ctx context.Context, pool rbd.Pool, fam rbd.Family) (left bool, err error) {
+	for _, snap := range fam.Snaps {
+		if !strings.HasPrefix(snap.Name, tmpSnapPrefix) {
+			continue
+		}
+		if !s.settled(snap.Created) {
+			left = true
+			continue
+		}
+		if err := s.c.backend.RemoveSnapshot(ctx, pool, fam.ID, snap.Name); err != nil && !errors.Is(err, rbd.ErrNotFound) {
+			return left, err
+		}
+		klog.InfoS("removed the temporary snapshot of a volume clone that no retry came back for", "pool", pool.Name, "image", fam.Name, "snap", snap.Name)
+	}
+	return left, nil
+}
+
+// settled: older than one interval, so no request is still working on it.
+func (s *sweeper) settled(t time.Time) bool { return time.Since(t) > s.interval }

@@ -46,13 +46,14 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, err
 	}
-	release, ok := c.locks.TryLock("name/" + name)
+	vol := volid.Volume{ClusterID: params.ClusterID, Pool: params.Pool, Image: imageName(name)}
+	release, ok := c.locks.TryLock("name/"+name, imageKey(pool, vol.Image))
 	if !ok {
 		return nil, pending("volume " + name)
 	}
 	defer release()
+	c.sweeper.touch(pool, vol.Image)
 
-	vol := volid.Volume{ClusterID: params.ClusterID, Pool: params.Pool, Image: imageName(name)}
 	if err := vol.Validate(); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "volume ID: %v", err)
 	}
@@ -141,6 +142,7 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	if !ok {
 		return nil, pending("volume " + id)
 	}
+	c.sweeper.touch(pool, vol.Image)
 	if err := c.removeVolume(ctx, pool, vol, release); err != nil {
 		return nil, err
 	}

@@ -36,6 +36,7 @@ type Family struct {
 	TrashedSnaps int
 	Parent       *Parent
 	Watchers     int
+	Created      time.Time
 }
 
 // StatFamily reads an image's snapshots, parent and watchers. The image is
@@ -63,6 +64,11 @@ func (b *Backend) StatFamily(ctx context.Context, p Pool, name, id string) (Fami
 		if f.Metadata, err = img.ListMetadata(); err != nil {
 			return fmt.Errorf("metadata of image %s: %w", name, classify(err))
 		}
+		created, err := img.GetCreateTimestamp()
+		if err != nil {
+			return fmt.Errorf("creation time of image %s: %w", name, classify(err))
+		}
+		f.Created = time.Unix(created.Sec, created.Nsec)
 		snaps, err := img.GetSnapshotNames()
 		if err != nil {
 			return fmt.Errorf("snapshots of image %s: %w", name, classify(err))
