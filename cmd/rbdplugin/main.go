@@ -106,6 +106,7 @@ func validDriverName(s string) bool {
 }
 
 func main() {
+	limitMallocArenas()
 	f, err := parseFlags(os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rbdplugin:", err)
