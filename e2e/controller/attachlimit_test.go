@@ -49,7 +49,7 @@ func TestAttachLimit(t *testing.T) {
 
 	e.unpublish(t, v[0], "node-small")
 	e.unpublish(t, v[1], "node-small")
-	if left := e.c.AttachIndexLeft(); len(left) > 0 {
+	if left := e.c.IndexLeft(); len(left) > 0 {
 		t.Fatalf("index entries left after every detach: %v", left)
 	}
 }

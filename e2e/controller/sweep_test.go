@@ -1,7 +1,10 @@
 package controller
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -114,7 +117,8 @@ func TestSweepCompletesHalfRemovedHiddenImage(t *testing.T) {
 
 // CreateVolume calls that crashed and were never retried (the PVC was
 // deleted meanwhile) leave an unfinished image, an unfinished clone, and a
-// volume clone's temporary snapshot on its source. Once they are older
+// volume clone's temporary snapshot on its source; such a CreateSnapshot
+// leaves the claim on its name. Once they are older
 // than one sweep interval, the sweep after a delete removes them; the
 // finished volumes and the user's snapshot stay.
 func TestSweepRemovesWhatAbandonedCreatesLeft(t *testing.T) {
@@ -146,6 +150,11 @@ func TestSweepRemovesWhatAbandonedCreatesLeft(t *testing.T) {
 		t.Fatalf("want the user's and a temporary snapshot on the source, have %v", snaps)
 	}
 
+	claim := "rbdcsi.snap." + snapOf(e.startCrashingSnapshot(t, src.VolumeId))
+	if !e.objectExists(t, claim) {
+		t.Fatalf("the abandoned CreateSnapshot left no claim %s", claim)
+	}
+
 	swept := startController(t, e.c, "--reclaim-sweep-interval", "1s")
 	time.Sleep(1500 * time.Millisecond) // everything is older than one interval now
 	scratch, err := swept.create(t, "abandoned-scratch", 8*mib)
@@ -161,6 +170,12 @@ func TestSweepRemovesWhatAbandonedCreatesLeft(t *testing.T) {
 			t.Fatalf("a minute after the delete: images %v, snapshots of the source %v", imgs, snaps)
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+	if e.objectExists(t, claim) {
+		t.Errorf("the abandoned snapshot's claim %s is still there", claim)
+	}
+	if left := e.c.IndexLeft(); len(left) > 0 {
+		t.Errorf("index entries left: %v", left)
 	}
 	after, err := e.createFrom(t, "abandoned-after", 8*mib, fromSnapshot(snap.SnapshotId))
 	harness.Must(t, err, "restore the user's snapshot after the sweep")
@@ -181,4 +196,31 @@ func (e env) userSnaps(t *testing.T, image string) []string {
 		names = append(names, s.Name)
 	}
 	return names
+}
+
+// startCrashingSnapshot runs a CreateSnapshot that dies right after
+// claiming its name and returns the request name.
+func (e env) startCrashingSnapshot(t *testing.T, src string) string {
+	t.Helper()
+	const name = "abandoned-snapshot"
+	if _, err := startController(t, e.c, "--test-crash-at", "CreateSnapshot:claimed").snapshot(t, name, src); err == nil {
+		t.Fatal("CreateSnapshot survived --test-crash-at CreateSnapshot:claimed")
+	}
+	return name
+}
+
+// snapOf is the RBD snapshot name the driver gives a CreateSnapshot name.
+func snapOf(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return "csi-snap-" + hex.EncodeToString(sum[:8])
+}
+
+// objectExists reports whether a RADOS object is in the pool.
+func (e env) objectExists(t *testing.T, obj string) bool {
+	t.Helper()
+	out, err := exec.Command("rados", "-c", e.c.Conf, "--id", "admin", "-p", e.c.Pool, "stat", obj).CombinedOutput()
+	if err != nil && !strings.Contains(string(out), "No such file") {
+		t.Fatalf("rados stat %s: %v: %s", obj, err, out)
+	}
+	return err == nil
 }

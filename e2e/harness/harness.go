@@ -59,8 +59,8 @@ func ClusterFromEnv() (Cluster, error) {
 // PoolLeaks lists what a suite left in the pool: images, trash entries,
 // snapshot claims and image objects. Data objects of removed snapshots are
 // trimmed by the OSD in the background, so they get a bounded while to go.
-// The node registry (rbdcsi.nodes) is state of running nodes, not a leak;
-// its attachment index entries are.
+// The node registry (rbdcsi.nodes) is state of running nodes, not a leak,
+// and the claim index may stay empty; entries left in either are leaks.
 func (c Cluster) PoolLeaks() []string {
 	var left []string
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
@@ -84,35 +84,39 @@ func (c Cluster) PoolLeaks() []string {
 			left = append(left, "rados ls: "+err.Error())
 		}
 		for _, obj := range strings.Fields(string(out)) {
-			if obj != "rbdcsi.nodes" && (strings.HasPrefix(obj, "rbdcsi.") || strings.HasPrefix(obj, "rbd_header.") ||
+			if obj != "rbdcsi.nodes" && obj != "rbdcsi.snapclaims" && (strings.HasPrefix(obj, "rbdcsi.") || strings.HasPrefix(obj, "rbd_header.") ||
 				strings.HasPrefix(obj, "rbd_data.") || strings.HasPrefix(obj, "rbd_id.")) {
 				left = append(left, "object "+obj)
 			}
 		}
-		left = append(left, c.AttachIndexLeft()...)
+		left = append(left, c.IndexLeft()...)
 		if len(left) == 0 || time.Now().After(deadline) {
 			return left
 		}
 	}
 }
 
-// AttachIndexLeft lists the node registry's attachment index entries
-// ("attach/<node>/<volumeID>"): after a suite every volume is detached, so
-// any entry is a leak.
-func (c Cluster) AttachIndexLeft() []string {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "rados", "-c", c.Conf, "--id", "admin", "-p", c.Pool, "listomapkeys", "rbdcsi.nodes").CombinedOutput()
-	if err != nil {
-		if strings.Contains(string(out), "No such file") {
-			return nil
-		}
-		return []string{"rados listomapkeys: " + err.Error()}
-	}
+// IndexLeft lists the entries of the driver's index objects that outlive
+// the work they track: attachment entries in the node registry
+// ("attach/<node>/<volumeID>", gone once every volume is detached) and
+// unsettled snapshot claims (rbdcsi.snapclaims, gone once every
+// CreateSnapshot settled). The objects themselves may stay, empty.
+func (c Cluster) IndexLeft() []string {
 	var left []string
-	for _, k := range strings.Fields(string(out)) {
-		if strings.HasPrefix(k, "attach/") {
-			left = append(left, "attachment index entry "+k)
+	for obj, prefix := range map[string]string{"rbdcsi.nodes": "attach/", "rbdcsi.snapclaims": ""} {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		out, err := exec.CommandContext(ctx, "rados", "-c", c.Conf, "--id", "admin", "-p", c.Pool, "listomapkeys", obj).CombinedOutput()
+		cancel()
+		if err != nil {
+			if !strings.Contains(string(out), "No such file") {
+				left = append(left, "rados listomapkeys "+obj+": "+err.Error())
+			}
+			continue
+		}
+		for _, k := range strings.Fields(string(out)) {
+			if strings.HasPrefix(k, prefix) {
+				left = append(left, obj+" entry "+k)
+			}
 		}
 	}
 	return left

@@ -36,7 +36,11 @@ type Backend interface {
 	SetMetadata(ctx context.Context, p rbd.Pool, name string, kv map[string]string) error
 	RemoveMetadata(ctx context.Context, p rbd.Pool, name string, keys ...string) error
 	Claim(ctx context.Context, p rbd.Pool, object, value string) (string, error)
+	ClaimHolder(ctx context.Context, p rbd.Pool, object string) (string, bool, error)
 	Unclaim(ctx context.Context, p rbd.Pool, object string) error
+	SetOmap(ctx context.Context, p rbd.Pool, object string, kv map[string]string) error
+	ListOmap(ctx context.Context, p rbd.Pool, object, prefix string) (map[string]string, error)
+	RemoveOmapKeys(ctx context.Context, p rbd.Pool, object string, keys ...string) error
 }
 
 // Clusters resolves a clusterID to its monitors.

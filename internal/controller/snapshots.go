@@ -58,19 +58,26 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if err := snap.Validate(); err != nil {
 		return nil, status.Errorf(codes.Internal, "snapshot ID: %v", err)
 	}
+	if err := c.indexClaim(ctx, pool, snap.Snap, fam.ID, name); err != nil {
+		return nil, err
+	}
 	holder, err := c.backend.Claim(ctx, pool, claimPrefix+snap.Snap, fam.ID)
 	if err != nil {
 		return nil, cephStatus(err)
 	}
 	if holder != fam.ID {
+		c.settleClaim(ctx, pool, snap.Snap)
 		return nil, status.Errorf(codes.AlreadyExists, "snapshot name %q is already used for another source volume", name)
 	}
 	c.opts.Fault("CreateSnapshot:claimed")
 	if s, ok := findSnap(fam.Snaps, snap.Snap); ok {
+		c.settleClaim(ctx, pool, snap.Snap)
 		return &csi.CreateSnapshotResponse{Snapshot: snapshotOf(snap, srcID, s)}, nil
 	}
 	if len(fam.Snaps) >= c.opts.MaxSnapshotsPerImage {
-		_ = c.backend.Unclaim(ctx, pool, claimPrefix+snap.Snap)
+		if c.backend.Unclaim(ctx, pool, claimPrefix+snap.Snap) == nil {
+			c.settleClaim(ctx, pool, snap.Snap)
+		}
 		return nil, status.Errorf(codes.ResourceExhausted, "volume %s has %d snapshots, the most this driver allows (--max-snapshots-per-image)", srcID, len(fam.Snaps))
 	}
 	if err := c.backend.CreateSnapshot(ctx, pool, vol.Image, snap.Snap); err != nil && !errors.Is(err, rbd.ErrExists) {
@@ -84,6 +91,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if !ok {
 		return nil, status.Errorf(codes.Aborted, "snapshot %s vanished while it was being created; retry", name)
 	}
+	c.settleClaim(ctx, pool, snap.Snap)
 	klog.V(2).InfoS("created snapshot", "name", name, "snapshotID", snap.String(), "source", srcID)
 	return &csi.CreateSnapshotResponse{Snapshot: snapshotOf(snap, srcID, s)}, nil
 }

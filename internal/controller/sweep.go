@@ -21,7 +21,8 @@ const sweepTimeout = time.Hour
 //     that nothing needs any more, or whose removal was cut short;
 //   - unfinished volume images (created, never given their name) of a
 //     CreateVolume that was not retried;
-//   - temporary snapshots of volume clones that were not retried.
+//   - temporary snapshots of volume clones that were not retried;
+//   - snapshot name claims of a CreateSnapshot that was not retried.
 //
 // The controller holds no credentials of its own for a pool, so a sweep
 // runs after a delete in that pool, with that request's credentials, at
@@ -137,7 +138,7 @@ func (s *sweeper) sweep(ctx context.Context, pool rbd.Pool) error {
 			klog.ErrorS(err, "sweeping an image", "pool", pool.Name, "image", name)
 		}
 	}
-	return nil
+	return s.sweepClaims(ctx, pool)
 }
 
 // sweepHidden reclaims a hidden image nothing needs.

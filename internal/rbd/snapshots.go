@@ -308,3 +308,21 @@ func (b *Backend) Unclaim(ctx context.Context, p Pool, object string) error {
 		return nil
 	})
 }
+
+// ClaimHolder reads the value holding a claim; ok is false when there is
+// no claim.
+func (b *Backend) ClaimHolder(ctx context.Context, p Pool, object string) (holder string, ok bool, err error) {
+	err = b.withIoctx(ctx, p, "ClaimHolder", func(ioctx *rados.IOContext) error {
+		buf := make([]byte, 256)
+		n, err := ioctx.Read(object, buf, 0)
+		if err = classify(err); errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading claim %s: %w", object, err)
+		}
+		holder, ok = string(buf[:n]), true
+		return nil
+	})
+	return holder, ok, err
+}

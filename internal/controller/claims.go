@@ -1,0 +1,93 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
+)
+
+// claimIndex is an omap object listing the snapshot claims whose
+// CreateSnapshot has not settled yet: key the RBD snapshot name, value
+// "<unix time> <source image ID> <request name>". Claims are objects of
+// their own, which only a scan of every object in the pool could find; the
+// index lets the sweeper find the claim of a CreateSnapshot that crashed
+// and was never retried.
+const claimIndex = "rbdcsi.snapclaims"
+
+// indexClaim records a claim about to be made.
+func (c *Controller) indexClaim(ctx context.Context, pool rbd.Pool, snap, imageID, name string) error {
+	v := strconv.FormatInt(time.Now().Unix(), 10) + " " + imageID + " " + name
+	if err := c.backend.SetOmap(ctx, pool, claimIndex, map[string]string{snap: v}); err != nil {
+		return cephStatus(fmt.Errorf("indexing the claim of snapshot %s: %w", name, err))
+	}
+	return nil
+}
+
+// settleClaim drops the index entry once the claim's fate is known (the
+// snapshot exists, the name is another source's, the claim is withdrawn).
+// A failure only leaves work for the sweeper.
+func (c *Controller) settleClaim(ctx context.Context, pool rbd.Pool, snap string) {
+	if err := c.backend.RemoveOmapKeys(ctx, pool, claimIndex, snap); err != nil {
+		klog.ErrorS(err, "removing a snapshot claim from the index; the sweep does it later", "pool", pool.Name, "snap", snap)
+	}
+}
+
+// sweepClaims withdraws the claims of CreateSnapshot calls that did not
+// settle within an interval and whose snapshot does not exist.
+func (s *sweeper) sweepClaims(ctx context.Context, pool rbd.Pool) error {
+	entries, err := s.c.backend.ListOmap(ctx, pool, claimIndex, "")
+	if err != nil {
+		return err
+	}
+	for snap, v := range entries {
+		at, rest, _ := strings.Cut(v, " ")
+		imageID, name, _ := strings.Cut(rest, " ")
+		sec, err := strconv.ParseInt(at, 10, 64)
+		if err != nil || imageID == "" {
+			s.c.settleClaim(ctx, pool, snap) // not ours to read
+			continue
+		}
+		if !s.settled(time.Unix(sec, 0)) {
+			continue
+		}
+		if err := s.sweepClaim(ctx, pool, snap, imageID, name); err != nil {
+			klog.ErrorS(err, "sweeping a snapshot claim", "pool", pool.Name, "snap", snap)
+		}
+	}
+	return nil
+}
+
+func (s *sweeper) sweepClaim(ctx context.Context, pool rbd.Pool, snap, imageID, name string) error {
+	release, ok := s.c.locks.TryLock("snap/" + name)
+	if !ok {
+		return nil // its CreateSnapshot is running
+	}
+	defer release()
+	holder, ok, err := s.c.backend.ClaimHolder(ctx, pool, claimPrefix+snap)
+	if err != nil {
+		return err
+	}
+	if ok && holder == imageID {
+		fam, err := s.c.backend.StatFamily(ctx, pool, "", imageID)
+		switch {
+		case errors.Is(err, rbd.ErrNotFound):
+		case err != nil:
+			return err
+		}
+		if _, exists := findSnap(fam.Snaps, snap); !exists {
+			if err := s.c.backend.Unclaim(ctx, pool, claimPrefix+snap); err != nil {
+				return err
+			}
+			klog.InfoS("withdrew the claim of a snapshot that no retry came back for", "pool", pool.Name, "name", name, "snap", snap)
+		}
+	}
+	s.c.settleClaim(ctx, pool, snap)
+	return nil
+}
