@@ -1,0 +1,107 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// PoolLeaks lists what a suite left in the pool: images, trash entries,
+// snapshot claims and image objects. Data objects of removed snapshots are
+// trimmed by the OSD in the background, so they get a bounded while to go.
+// The node registry (rbdcsi.nodes) is state of running nodes, not a leak,
+// and the claim index may stay empty; entries left in either are leaks.
+func (c Cluster) PoolLeaks() []string {
+	var left []string
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		left = left[:0]
+		if out, err := c.RBD("ls", "-p", c.Pool); err != nil {
+			left = append(left, "rbd ls: "+err.Error())
+		} else {
+			for _, img := range strings.Fields(out) {
+				left = append(left, "image "+img)
+			}
+		}
+		if out, err := c.RBD("trash", "ls", "--all", "-p", c.Pool); err != nil {
+			left = append(left, "rbd trash ls: "+err.Error())
+		} else if strings.TrimSpace(out) != "" {
+			left = append(left, "trash: "+strings.TrimSpace(out))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		out, err := exec.CommandContext(ctx, "rados", "-c", c.Conf, "--id", "admin", "-p", c.Pool, "ls").CombinedOutput()
+		cancel()
+		if err != nil {
+			left = append(left, "rados ls: "+err.Error())
+		}
+		for _, obj := range strings.Fields(string(out)) {
+			if obj != "rbdcsi.nodes" && obj != "rbdcsi.snapclaims" && (strings.HasPrefix(obj, "rbdcsi.") || strings.HasPrefix(obj, "rbd_header.") ||
+				strings.HasPrefix(obj, "rbd_data.") || strings.HasPrefix(obj, "rbd_id.")) {
+				left = append(left, "object "+obj)
+			}
+		}
+		left = append(left, c.IndexLeft()...)
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+	}
+}
+
+// IndexLeft lists the entries of the driver's index objects that outlive
+// the work they track: attachment entries in the node registry
+// ("attach/<node>/<volumeID>", gone once every volume is detached) and
+// unsettled snapshot claims (rbdcsi.snapclaims, gone once every
+// CreateSnapshot settled). The objects themselves may stay, empty.
+func (c Cluster) IndexLeft() []string {
+	var left []string
+	for obj, prefix := range map[string]string{"rbdcsi.nodes": "attach/", "rbdcsi.snapclaims": ""} {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		out, err := exec.CommandContext(ctx, "rados", "-c", c.Conf, "--id", "admin", "-p", c.Pool, "listomapkeys", obj).CombinedOutput()
+		cancel()
+		if err != nil {
+			if !strings.Contains(string(out), "No such file") {
+				left = append(left, "rados listomapkeys "+obj+": "+err.Error())
+			}
+			continue
+		}
+		for _, k := range strings.Fields(string(out)) {
+			if strings.HasPrefix(k, prefix) {
+				left = append(left, obj+" entry "+k)
+			}
+		}
+	}
+	return left
+}
+
+// CheckPoolAfter runs a package's tests, then fails the run if they left
+// anything in the pool (for TestMain).
+func CheckPoolAfter(m *testing.M) int {
+	code := m.Run()
+	c, err := ClusterFromEnv()
+	if err != nil {
+		return code
+	}
+	if left := c.PoolLeaks(); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: the suite left in pool %s:\n  %s\n", c.Pool, strings.Join(left, "\n  "))
+		return 1
+	}
+	return code
+}
+
+// ExpectNoImages fails the test if the pool holds any image or trash entry.
+func (c Cluster) ExpectNoImages(t testing.TB) {
+	t.Helper()
+	if imgs := c.Images(t); len(imgs) > 0 {
+		t.Errorf("leaked images in pool %s: %v", c.Pool, imgs)
+	}
+	out, err := c.RBD("trash", "ls", "-p", c.Pool)
+	if err != nil {
+		t.Fatalf("rbd trash ls: %v: %s", err, out)
+	}
+	if strings.TrimSpace(out) != "" {
+		t.Errorf("leaked trash entries in pool %s: %s", c.Pool, out)
+	}
+}
