@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"strconv"
-	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -18,51 +17,28 @@ const flattenTimeout = 6 * time.Hour
 // flattener copies deep clones' data out of their parents in the
 // background, one flatten per image at a time, off the request path.
 type flattener struct {
-	c      *Controller
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	mu      sync.Mutex
-	running map[string]bool
+	c     *Controller
+	tasks *background
 }
 
 func newFlattener(c *Controller) *flattener {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &flattener{c: c, ctx: ctx, cancel: cancel, running: map[string]bool{}}
+	return &flattener{c: c, tasks: newBackground()}
 }
 
-func (f *flattener) stop() {
-	f.cancel()
-	f.wg.Wait()
-}
+func (f *flattener) stop() { f.tasks.stop() }
+
+func flattenKey(pool rbd.Pool, image string) string { return pool.Name + "/" + image }
 
 // busy reports whether a flatten of the image is running.
 func (f *flattener) busy(pool rbd.Pool, image string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.running[pool.Name+"/"+image]
+	return f.tasks.busy(flattenKey(pool, image))
 }
 
 // start flattens the image unless that is running already. When it is
 // done the parent may be left without dependents and is reclaimed.
 func (f *flattener) start(pool rbd.Pool, image string, parent *rbd.Parent) {
-	key := pool.Name + "/" + image
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.running[key] || f.ctx.Err() != nil {
-		return
-	}
-	f.running[key] = true
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		defer func() {
-			f.mu.Lock()
-			delete(f.running, key)
-			f.mu.Unlock()
-		}()
-		ctx, cancel := context.WithTimeout(f.ctx, flattenTimeout)
+	f.tasks.start(flattenKey(pool, image), func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, flattenTimeout)
 		defer cancel()
 		start := time.Now()
 		if err := f.c.backend.Flatten(ctx, pool, image); err != nil {
@@ -78,5 +54,5 @@ func (f *flattener) start(pool rbd.Pool, image string, parent *rbd.Parent) {
 				klog.ErrorS(err, "reclaiming a flattened clone's parent", "pool", parent.Pool, "imageID", parent.ImageID)
 			}
 		}
-	}()
+	})
 }

@@ -33,27 +33,20 @@ const sweepTimeout = time.Hour
 type sweeper struct {
 	c        *Controller
 	interval time.Duration
-	ctx      context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	tasks    *background // keyed by pool
 
-	mu      sync.Mutex
-	last    map[string]time.Time // pool key -> start of its last sweep
-	running map[string]bool
-	clean   map[string]bool // pool key + "/" + image: finished, no temporary snapshot
-	gen     uint64          // counts touch calls, so a check that overlapped one is not cached
+	mu    sync.Mutex
+	last  map[string]time.Time // pool key -> start of its last sweep
+	clean map[string]bool      // pool key + "/" + image: finished, no temporary snapshot
+	gen   uint64               // counts touch calls, so a check that overlapped one is not cached
 }
 
 func newSweeper(c *Controller, interval time.Duration) *sweeper {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &sweeper{c: c, interval: interval, ctx: ctx, cancel: cancel,
-		last: map[string]time.Time{}, running: map[string]bool{}, clean: map[string]bool{}}
+	return &sweeper{c: c, interval: interval, tasks: newBackground(),
+		last: map[string]time.Time{}, clean: map[string]bool{}}
 }
 
-func (s *sweeper) stop() {
-	s.cancel()
-	s.wg.Wait()
-}
+func (s *sweeper) stop() { s.tasks.stop() }
 
 func poolKey(p rbd.Pool) string { return p.MonHost + "/" + p.Name }
 
@@ -91,28 +84,22 @@ func (s *sweeper) after(pool rbd.Pool) {
 	}
 	key := poolKey(pool)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.running[key] || s.ctx.Err() != nil {
+	last, swept := s.last[key]
+	due := !swept || time.Since(last) >= s.interval
+	if due {
+		s.last[key] = time.Now()
+	}
+	s.mu.Unlock()
+	if !due {
 		return
 	}
-	if last, ok := s.last[key]; ok && time.Since(last) < s.interval {
-		return
-	}
-	s.running[key], s.last[key] = true, time.Now()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer func() {
-			s.mu.Lock()
-			delete(s.running, key)
-			s.mu.Unlock()
-		}()
-		ctx, cancel := context.WithTimeout(s.ctx, sweepTimeout)
+	s.tasks.start(key, func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, sweepTimeout)
 		defer cancel()
 		if err := s.sweep(ctx, pool); err != nil {
 			klog.ErrorS(err, "sweeping the pool failed; the next delete in the pool tries again", "pool", pool.Name)
 		}
-	}()
+	})
 }
 
 // sweep looks at every image of the pool the driver made.
