@@ -27,7 +27,7 @@ func newFlattener(c *Controller) *flattener {
 
 func (f *flattener) stop() { f.tasks.stop() }
 
-func flattenKey(pool rbd.Pool, image string) string { return pool.Name + "/" + image }
+func flattenKey(pool rbd.Pool, image string) string { return poolKey(pool) + "/" + image }
 
 // busy reports whether a flatten of the image is running.
 func (f *flattener) busy(pool rbd.Pool, image string) bool {
