@@ -325,9 +325,9 @@ wait_pgs_clean() {
 # wait_mgr: wait until a mgr is active (mgr-backed commands such as `ceph df`,
 # `ceph pg stat` or `rbd task` hang until then).
 wait_mgr() {
-	local deadline
+	local deadline stat
 	deadline=$(($(date +%s) + ${CEPH_PG_TIMEOUT:-60}))
-	until cephc mgr stat 2>/dev/null | grep -q '"available": true'; do
+	until stat=$(cephc mgr stat 2>/dev/null) && [[ $stat == *'"available": true'* ]]; do
 		pid_alive "$(<"$PIDS/mgr.x.pid")" || fail_up "ceph-mgr exited"
 		(($(date +%s) < deadline)) || fail_up "mgr not available after ${CEPH_PG_TIMEOUT:-60}s"
 		sleep 0.5

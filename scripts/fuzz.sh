@@ -27,7 +27,8 @@ fuzz_once() {
 	fi
 	cat "$log"
 	after=$(ls "$corpus" 2>/dev/null || true)
-	input=$(comm -13 <(echo "$before") <(echo "$after") | head -n1)
+	input=$(comm -13 <(echo "$before") <(echo "$after"))
+	input=${input%%$'\n'*}
 	if [ -z "$input" ]; then
 		echo "fuzz: $target: the engine failed without naming an input (see above)" >&2
 		return 2

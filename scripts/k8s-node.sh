@@ -75,7 +75,11 @@ pid_ours() {
 	[[ $pid =~ ^[0-9]+$ && -r /proc/$pid/stat ]] || return 1
 	state=$(sed -e 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1) || return 1
 	[[ $state != Z && $state != X ]] || return 1
-	tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$DIR/"
+	# Read whole before matching: under pipefail, grep -q quitting early
+	# would fail the writer with SIGPIPE and so the test.
+	local cmdline
+	cmdline=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || return 1
+	[[ $cmdline == *"$DIR/"* ]]
 }
 
 start_daemon() {
@@ -402,7 +406,12 @@ import_images() {
 		ctr -n k8s.io images import "$f" >/dev/null 2>"$DIR/log/import.err" ||
 			die "importing $f failed: $(cat "$DIR/log/import.err")"
 	done
-	ctr -n k8s.io images ls -q | grep -q "^$PAUSE_IMAGE$" || die "the pause image did not import"
+	# The list is read whole first: ctr writes a line at a time, and grep -q
+	# quitting at the first match made ctr die of SIGPIPE, which pipefail
+	# turned into a failed check.
+	local images
+	images=$(ctr -n k8s.io images ls -q) || die "listing containerd's images failed"
+	grep -qxF "$PAUSE_IMAGE" <<<"$images" || die "the pause image did not import"
 }
 
 cmd_up() {
