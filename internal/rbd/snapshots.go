@@ -32,7 +32,10 @@ type Family struct {
 	ImageInfo
 	Snaps []SnapInfo
 	// Snapshots the user deleted while clones still depended on them
-	// (the RBD trash snapshot namespace); RBD removes them with the last clone.
+	// (the RBD trash snapshot namespace) that a clone still needs. RBD
+	// removes such a snapshot with its last clone, except when two clones
+	// detach at once; one left without clones is not counted, and RBD
+	// removes it with the image.
 	TrashedSnaps int
 	Parent       *Parent
 	Watchers     int
@@ -79,7 +82,9 @@ func (b *Backend) StatFamily(ctx context.Context, p Pool, name, id string) (Fami
 				return fmt.Errorf("snapshot namespace of %s@%s: %w", name, s.Name, classify(err))
 			}
 			if ns != librbd.SnapNamespaceTypeUser {
-				f.TrashedSnaps++
+				if trashedSnapNeeded(ioctx, f.ID, s.Id) {
+					f.TrashedSnaps++
+				}
 				continue
 			}
 			ts, err := img.GetSnapTimestamp(s.Id)
@@ -104,6 +109,23 @@ func (b *Backend) StatFamily(ctx context.Context, p Pool, name, id string) (Fami
 		return nil
 	})
 	return f, err
+}
+
+// trashedSnapNeeded reports whether a snapshot in the trash namespace still
+// has clones. When they cannot be listed (a clone in a pool these
+// credentials cannot read) it is taken as needed: kept data is safer than
+// lost data.
+func trashedSnapNeeded(ioctx *rados.IOContext, imageID string, snapID uint64) bool {
+	img, err := librbd.OpenImageByIdReadOnly(ioctx, imageID, librbd.NoSnapshot)
+	if err != nil {
+		return true
+	}
+	defer img.Close()
+	if err := img.SetSnapByID(snapID); err != nil {
+		return true
+	}
+	children, err := img.ListChildrenAttributes()
+	return err != nil || len(children) > 0
 }
 
 func openRO(ioctx *rados.IOContext, name, id string) (*librbd.Image, error) {
