@@ -6,9 +6,10 @@ BIN := bin/rbdplugin
 GO_SOURCES := $(shell find cmd internal -name '*.go' 2>/dev/null) go.mod go.sum
 
 # Debian packages: Ceph daemons for the local test cluster, librbd/librados
-# headers for go-ceph, the node's mapping and filesystem tools.
+# headers for go-ceph, the node's mapping and filesystem tools, shellcheck
+# for `make lint`.
 DEB_PACKAGES := ceph-mon ceph-osd ceph-common librbd-dev librados-dev rbd-fuse rbd-nbd \
-	e2fsprogs xfsprogs util-linux fuse3 kmod gcc pkg-config iproute2 procps
+	e2fsprogs xfsprogs util-linux fuse3 kmod gcc pkg-config iproute2 procps shellcheck
 
 .PHONY: all deps build test unit fuzz integration lint demo clean
 all: build
@@ -30,6 +31,7 @@ lint:
 	@bad=$$(gofmt -l cmd internal e2e deploy); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
 	go vet ./...
 	go vet -tags=pacific,e2e_k8s ./e2e/k8s/
+	shellcheck -x scripts/*.sh .ci/run
 
 unit:
 	go test -count=1 ./cmd/... ./internal/... ./deploy/...
