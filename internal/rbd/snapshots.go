@@ -82,7 +82,8 @@ func (b *Backend) StatFamily(ctx context.Context, p Pool, name, id string) (Fami
 				return fmt.Errorf("snapshot namespace of %s@%s: %w", name, s.Name, classify(err))
 			}
 			if ns != librbd.SnapNamespaceTypeUser {
-				if trashedSnapNeeded(ioctx, f.ID, s.Id) {
+				// Group snapshots (not the driver's) always count.
+				if ns != librbd.SnapNamespaceTypeTrash || trashedSnapNeeded(ioctx, f.ID, s.Id) {
 					f.TrashedSnaps++
 				}
 				continue
