@@ -61,7 +61,7 @@ func parseFlags(args []string) (flags, error) {
 	fs.IntVar(&f.ctrl.CloneDepthSoft, "clone-depth-soft", controller.DefaultCloneDepthSoft, "clones deeper than this are flattened in the background")
 	fs.IntVar(&f.ctrl.CloneDepthHard, "clone-depth-hard", controller.DefaultCloneDepthHard, "clones deeper than this are flattened before CreateVolume succeeds")
 	fs.IntVar(&f.ctrl.MaxSnapshotsPerImage, "max-snapshots-per-image", controller.DefaultMaxSnapshotsPerImage, "most snapshots one volume may have (krbd maps at most 510)")
-	fs.DurationVar(&f.ctrl.SweepInterval, "reclaim-sweep-interval", controller.DefaultSweepInterval, "after a delete, sweep its pool at most this often for what crashed or abandoned requests left (hidden images nothing needs, unfinished images, temporary clone snapshots older than this); 0 turns it off")
+	fs.DurationVar(&f.ctrl.SweepInterval, "reclaim-sweep-interval", controller.DefaultSweepInterval, "after a delete, and with --controller-secret-dir in every pool it can read, sweep a pool at most this often for what crashed or abandoned requests left (hidden images nothing needs, unfinished images, temporary clone snapshots older than this); 0 turns it off")
 	fs.StringVar(&f.metricsAddr, "metrics-address", "", "host:port to serve Prometheus metrics on, at /metrics (e.g. :9809); empty turns metrics off")
 	f.node = addNodeFlags(fs)
 	f.registry = addRegistryFlags(fs)

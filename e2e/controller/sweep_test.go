@@ -32,7 +32,7 @@ func (e env) waitSwept(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for len(e.hiddenImages(t)) > 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("hidden images are still there a minute after a delete: %v", e.hiddenImages(t))
+			t.Fatalf("hidden images are still there a minute later: %v", e.hiddenImages(t))
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -62,11 +62,44 @@ func startController(t *testing.T, c harness.Cluster, extra ...string) env {
 // with the sweep turned off it stays.
 func TestSweepReclaimsWhatACrashLeft(t *testing.T) {
 	e := setup(t)
-	src, err := e.create(t, "sweep-src", 8*mib)
+	clone := e.crashBeforeReclaim(t, "sweep")
+
+	// The retry finds the clone gone and cannot know its parent.
+	unswept := startController(t, e.c, "--reclaim-sweep-interval", "0")
+	unswept.delete(t, clone)
+	e.expectHiddenStays(t)
+
+	swept := startController(t, e.c)
+	swept.delete(t, clone)
+	swept.waitSwept(t)
+}
+
+// With credentials of its own the controller sweeps every pool it can read
+// once per interval, with no delete to start it.
+func TestPeriodicSweepNeedsNoDelete(t *testing.T) {
+	e := setup(t)
+	e.crashBeforeReclaim(t, "periodic")
+
+	// Without credentials of its own there is nothing to sweep with.
+	startController(t, e.c, "--reclaim-sweep-interval", "1s")
+	time.Sleep(time.Second)
+	e.expectHiddenStays(t)
+
+	swept := startController(t, e.c, "--reclaim-sweep-interval", "1s",
+		"--controller-secret-dir", harness.WriteControllerSecretDir(t, e.c))
+	swept.waitSwept(t)
+}
+
+// crashBeforeReclaim leaves a hidden image nothing needs: a source kept for
+// its snapshot's clone, whose controller is killed between the clone's
+// removal and the source's reclaim. It returns the deleted clone's ID.
+func (e env) crashBeforeReclaim(t *testing.T, prefix string) string {
+	t.Helper()
+	src, err := e.create(t, prefix+"-src", 8*mib)
 	harness.Must(t, err, "create source")
-	snap, err := e.snapshot(t, "sweep-snap", src.Volume.VolumeId)
+	snap, err := e.snapshot(t, prefix+"-snap", src.Volume.VolumeId)
 	harness.Must(t, err, "snapshot")
-	clone, err := e.createFrom(t, "sweep-clone", 8*mib, fromSnapshot(snap.SnapshotId))
+	clone, err := e.createFrom(t, prefix+"-clone", 8*mib, fromSnapshot(snap.SnapshotId))
 	harness.Must(t, err, "restore")
 	e.delete(t, src.Volume.VolumeId) // hidden: the snapshot needs it
 	e.deleteSnapshot(t, snap.SnapshotId)
@@ -81,15 +114,7 @@ func TestSweepReclaimsWhatACrashLeft(t *testing.T) {
 	if imgs := e.c.Images(t); len(imgs) != 1 || !strings.HasPrefix(imgs[0], "csi-del-") {
 		t.Fatalf("after the crash the pool should hold only the hidden source, has %v", imgs)
 	}
-
-	// The retry finds the clone gone and cannot know its parent.
-	unswept := startController(t, e.c, "--reclaim-sweep-interval", "0")
-	unswept.delete(t, clone.VolumeId)
-	e.expectHiddenStays(t)
-
-	swept := startController(t, e.c)
-	swept.delete(t, clone.VolumeId)
-	swept.waitSwept(t)
+	return clone.VolumeId
 }
 
 // A removal of a hidden image cut short leaves its name listed without a

@@ -92,8 +92,9 @@ type Options struct {
 	CloneDepthHard int
 	// MaxSnapshotsPerImage bounds the snapshots of one image.
 	MaxSnapshotsPerImage int
-	// SweepInterval: after a delete in a pool, hidden images nothing needs
-	// any more are looked for at most this often (see sweeper). 0: never.
+	// SweepInterval: after a delete in a pool, and periodically in every
+	// pool when Credentials are set, what crashed or abandoned requests
+	// left is looked for at most this often (see sweeper). 0: never.
 	SweepInterval time.Duration
 	// Nodes tells which nodes exist. Nil: attachments are not offered.
 	Nodes Nodes
@@ -141,12 +142,13 @@ func New(o Options) *Controller {
 	c := &Controller{backend: o.Backend, clusters: o.Clusters, cred: o.Credentials, locks: lock.New(), opts: o, nodes: o.Nodes}
 	c.flattener = newFlattener(c)
 	c.sweeper = newSweeper(c, o.SweepInterval)
+	c.sweeper.startPeriodic()
 	return c
 }
 
 // Close stops background work (flattens in flight are abandoned; a later
 // CreateVolume on the same chain starts them again; a sweep cut short is
-// run again after the next delete).
+// run again after the next delete or periodic pass).
 func (c *Controller) Close() {
 	c.flattener.stop()
 	c.sweeper.stop()

@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
+	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
 // sweepTimeout bounds one pass over a pool.
@@ -24,11 +25,12 @@ const sweepTimeout = time.Hour
 //   - temporary snapshots of volume clones that were not retried;
 //   - snapshot name claims of a CreateSnapshot that was not retried.
 //
-// The controller holds no credentials of its own for a pool, so a sweep
-// runs after a delete in that pool, with that request's credentials, at
-// most once per interval; a restarted controller sweeps at the first
-// delete. What is younger than one interval is left alone: a request may
-// still be working on it. Volume images found clean are not read again
+// A sweep runs after a delete in a pool, with that request's credentials,
+// at most once per interval; a restarted controller sweeps at the first
+// delete. With credentials of its own (--controller-secret-dir) the
+// controller also sweeps, once per interval, every pool they can read, so
+// a pool that sees no delete is swept too. What is younger than one
+// interval is left alone: a request may still be working on it. Volume images found clean are not read again
 // until a request touches them.
 type sweeper struct {
 	c        *Controller
@@ -102,11 +104,52 @@ func (s *sweeper) after(pool rbd.Pool) {
 	})
 }
 
+// periodicKey names the periodic task among the per-pool sweeps, whose
+// keys hold a "/".
+const periodicKey = "periodic"
+
+// startPeriodic sweeps every pool the controller's own credentials can
+// read, once per interval, starting one interval from now (a restarted
+// controller also sweeps a pool at its first delete).
+func (s *sweeper) startPeriodic() {
+	if s.interval <= 0 || s.c.cred == nil {
+		return
+	}
+	s.tasks.start(periodicKey, func(ctx context.Context) {
+		tick := time.NewTicker(s.interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			s.sweepAll(ctx)
+		}
+	})
+}
+
+// sweepAll starts the sweep of every pool of every cluster that is due.
+func (s *sweeper) sweepAll(ctx context.Context) {
+	for _, cluster := range s.c.clusters.All() {
+		pools, err := s.c.backend.ListPools(ctx, cluster.MonHost(), *s.c.cred)
+		if err != nil {
+			klog.ErrorS(err, "listing pools for the periodic sweep; trying again in one interval", "cluster", cluster.ClusterID)
+			continue
+		}
+		for _, name := range pools {
+			if volid.ValidPool(name) == nil {
+				s.after(rbd.Pool{MonHost: cluster.MonHost(), Cred: *s.c.cred, Name: name})
+			}
+		}
+	}
+}
+
 // sweep looks at every image of the pool the driver made.
 func (s *sweeper) sweep(ctx context.Context, pool rbd.Pool) error {
 	names, err := s.c.backend.ListImages(ctx, pool)
-	if errors.Is(err, rbd.ErrPoolNotFound) {
-		return nil
+	if errors.Is(err, rbd.ErrPoolNotFound) || errors.Is(err, rbd.ErrPermission) {
+		return nil // gone, or not ours to read: nothing of ours there
 	}
 	if err != nil {
 		return err
