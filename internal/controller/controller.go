@@ -180,8 +180,20 @@ func hash(s string, n int) string {
 	return hex.EncodeToString(sum[:n])
 }
 
+// isVolumeImage tells the driver's volume images from anything else in a
+// pool, including other drivers' images that share the prefix: the sweep
+// removes unfinished ones.
 func isVolumeImage(name string) bool {
-	return strings.HasPrefix(name, volumePrefix) && len(name) == len(volumePrefix)+20
+	h, ok := strings.CutPrefix(name, volumePrefix)
+	if !ok || len(h) != 20 {
+		return false
+	}
+	for _, c := range h {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // ControllerGetCapabilities advertises only what works: the list, capacity

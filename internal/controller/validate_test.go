@@ -82,7 +82,17 @@ func TestCheckCapabilities(t *testing.T) {
 
 func TestImageName(t *testing.T) {
 	a, b := imageName("pvc-1"), imageName("pvc-2")
-	if a == b || a != imageName("pvc-1") || !isVolumeImage(a) || isVolumeImage("csi-vol-x") || isVolumeImage("foo") {
+	if a == b || a != imageName("pvc-1") || !isVolumeImage(a) {
 		t.Fatalf("imageName: %q %q", a, b)
+	}
+	for _, other := range []string{
+		"csi-vol-x", "foo", "csi-del-" + a[len("csi-vol-"):],
+		"csi-vol-0123456789ABCDEF0123",                 // not ours: upper case
+		"csi-vol-0123456789abcdefg123",                 // not hex
+		"csi-vol-4b8d7a1e-5f0c-11ee-8c99-0242ac120002", // another driver's UUID name
+	} {
+		if isVolumeImage(other) {
+			t.Errorf("%q taken for a volume image", other)
+		}
 	}
 }
