@@ -129,13 +129,14 @@ func run(ctx context.Context, f flags) error {
 	}
 	var interceptors []grpc.UnaryServerInterceptor
 	var observer rbd.Observer
+	var upkeep controller.Upkeep
 	if f.metricsAddr != "" {
 		m, err := startMetrics(ctx, f.metricsAddr)
 		if err != nil {
 			return err
 		}
 		interceptors = append(interceptors, m.UnaryInterceptor())
-		observer = m
+		observer, upkeep = m, m
 	}
 	checks := []driver.HealthCheck{func(context.Context) error { return clusters.Health() }}
 	var services driver.Services
@@ -160,7 +161,7 @@ func run(ctx context.Context, f flags) error {
 			return err
 		}
 		o := f.ctrl
-		o.Backend, o.Clusters, o.Credentials, o.Fault = backend, clusters, cred, fault
+		o.Backend, o.Clusters, o.Credentials, o.Fault, o.Upkeep = backend, clusters, cred, fault, upkeep
 		if nodes != nil {
 			o.Nodes = nodes
 		}

@@ -85,9 +85,14 @@ func TestPeriodicSweepNeedsNoDelete(t *testing.T) {
 	time.Sleep(time.Second)
 	e.expectHiddenStays(t)
 
-	swept := startController(t, e.c, "--reclaim-sweep-interval", "1s",
+	addr := freeAddr(t)
+	swept := startController(t, e.c, "--reclaim-sweep-interval", "1s", "--metrics-address", addr,
 		"--controller-secret-dir", harness.WriteControllerSecretDir(t, e.c))
 	swept.waitSwept(t)
+	expectMetrics(t, addr,
+		`rbdcsi_reclaimed_total{what="hidden-image"} 1`,
+		`rbdcsi_sweeps_total{result="success"}`,
+	)
 }
 
 // crashBeforeReclaim leaves a hidden image nothing needs: a source kept for
@@ -180,7 +185,8 @@ func TestSweepRemovesWhatAbandonedCreatesLeft(t *testing.T) {
 		t.Fatalf("the abandoned CreateSnapshot left no claim %s", claim)
 	}
 
-	swept := startController(t, e.c, "--reclaim-sweep-interval", "1s")
+	addr := freeAddr(t)
+	swept := startController(t, e.c, "--reclaim-sweep-interval", "1s", "--metrics-address", addr)
 	time.Sleep(1500 * time.Millisecond) // everything is older than one interval now
 	scratch, err := swept.create(t, "abandoned-scratch", 8*mib)
 	harness.Must(t, err, "create scratch")
@@ -202,6 +208,13 @@ func TestSweepRemovesWhatAbandonedCreatesLeft(t *testing.T) {
 	if left := e.c.IndexLeft(); len(left) > 0 {
 		t.Errorf("index entries left: %v", left)
 	}
+	expectMetrics(t, addr,
+		`rbdcsi_reclaimed_total{what="unfinished-image"} 2`,
+		`rbdcsi_reclaimed_total{what="temporary-snapshot"} 1`,
+		`rbdcsi_reclaimed_total{what="snapshot-claim"} 1`,
+		`rbdcsi_sweeps_total{result="success"} 1`,
+		`rbdcsi_background_tasks{kind="sweep"} 0`,
+	)
 	after, err := e.createFrom(t, "abandoned-after", 8*mib, fromSnapshot(snap.SnapshotId))
 	harness.Must(t, err, "restore the user's snapshot after the sweep")
 	e.delete(t, after.VolumeId)

@@ -86,6 +86,7 @@ func (s *sweeper) sweepClaim(ctx context.Context, pool rbd.Pool, snap, imageID, 
 				return err
 			}
 			klog.InfoS("withdrew the claim of a snapshot that no retry came back for", "pool", pool.Name, "name", name, "snap", snap)
+			s.c.opts.Upkeep.Reclaimed(reclaimedClaim)
 		}
 	}
 	s.c.settleClaim(ctx, pool, snap)

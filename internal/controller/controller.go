@@ -98,10 +98,40 @@ type Options struct {
 	SweepInterval time.Duration
 	// Nodes tells which nodes exist. Nil: attachments are not offered.
 	Nodes Nodes
+	// Upkeep is told about background work (metrics). Nil: nobody.
+	Upkeep Upkeep
 	// Fault, for crash tests only, is called at named points between the
 	// Ceph steps of an operation ("CreateSnapshot:claimed").
 	Fault func(point string)
 }
+
+// Upkeep is told about the controller's work off the request path, so an
+// admin can see it: flattens and sweeps running, sweeps done, and what was
+// given back to the pool.
+type Upkeep interface {
+	// BackgroundTasks moves the count of running tasks of a kind
+	// ("flatten", "sweep") by delta.
+	BackgroundTasks(kind string, delta int)
+	// Swept counts one sweep of a pool; err is why it stopped short.
+	Swept(err error)
+	// Reclaimed counts one leftover removed, by what it was.
+	Reclaimed(what string)
+}
+
+// What Upkeep.Reclaimed counts.
+const (
+	reclaimedHidden      = "hidden-image"       // a deleted volume's data, once nothing needed it
+	reclaimedHalfRemoved = "half-removed-image" // a removal cut short, completed
+	reclaimedUnfinished  = "unfinished-image"   // a create no retry came back for
+	reclaimedTmpSnap     = "temporary-snapshot" // a volume clone's, no retry came back for
+	reclaimedClaim       = "snapshot-claim"     // a snapshot name claim no retry came back for
+)
+
+type nopUpkeep struct{}
+
+func (nopUpkeep) BackgroundTasks(string, int) {}
+func (nopUpkeep) Swept(error)                 {}
+func (nopUpkeep) Reclaimed(string)            {}
 
 // Defaults for Options.
 const (
@@ -138,6 +168,9 @@ func New(o Options) *Controller {
 	}
 	if o.Fault == nil {
 		o.Fault = func(string) {}
+	}
+	if o.Upkeep == nil {
+		o.Upkeep = nopUpkeep{}
 	}
 	c := &Controller{backend: o.Backend, clusters: o.Clusters, cred: o.Credentials, locks: lock.New(), opts: o, nodes: o.Nodes}
 	c.flattener = newFlattener(c)

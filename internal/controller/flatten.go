@@ -38,6 +38,8 @@ func (f *flattener) busy(pool rbd.Pool, image string) bool {
 // done the parent may be left without dependents and is reclaimed.
 func (f *flattener) start(pool rbd.Pool, image string, parent *rbd.Parent) {
 	f.tasks.start(flattenKey(pool, image), func(ctx context.Context) {
+		f.c.opts.Upkeep.BackgroundTasks("flatten", 1)
+		defer f.c.opts.Upkeep.BackgroundTasks("flatten", -1)
 		ctx, cancel := context.WithTimeout(ctx, flattenTimeout)
 		defer cancel()
 		start := time.Now()

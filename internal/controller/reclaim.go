@@ -138,6 +138,7 @@ func (c *Controller) reclaim(ctx context.Context, pool rbd.Pool, imageID string)
 			return cephStatus(err)
 		}
 		klog.V(2).InfoS("reclaimed the data of a deleted volume", "pool", pool.Name, "image", fam.Name)
+		c.opts.Upkeep.Reclaimed(reclaimedHidden)
 		if fam.Parent == nil {
 			return nil
 		}

@@ -96,11 +96,16 @@ func (s *sweeper) after(pool rbd.Pool) {
 		return
 	}
 	s.tasks.start(key, func(ctx context.Context) {
+		up := s.c.opts.Upkeep
+		up.BackgroundTasks("sweep", 1)
+		defer up.BackgroundTasks("sweep", -1)
 		ctx, cancel := context.WithTimeout(ctx, sweepTimeout)
 		defer cancel()
-		if err := s.sweep(ctx, pool); err != nil {
-			klog.ErrorS(err, "sweeping the pool failed; the next delete in the pool tries again", "pool", pool.Name)
+		err := s.sweep(ctx, pool)
+		if err != nil {
+			klog.ErrorS(err, "sweeping the pool failed; the next sweep of the pool tries again", "pool", pool.Name)
 		}
+		up.Swept(err)
 	})
 }
 
@@ -190,6 +195,7 @@ func (s *sweeper) sweepHidden(ctx context.Context, pool rbd.Pool, name, id strin
 			return err
 		}
 		klog.V(2).InfoS("completed the removal of a hidden image", "pool", pool.Name, "image", name)
+		s.c.opts.Upkeep.Reclaimed(reclaimedHalfRemoved)
 		return nil
 	}
 	if err != nil {
@@ -224,7 +230,10 @@ func (s *sweeper) sweepVolume(ctx context.Context, pool rbd.Pool, name string) e
 	if !finished(fam.Metadata, name) {
 		if s.settled(fam.Created) && fam.Watchers == 0 && len(fam.Snaps) == 0 {
 			klog.InfoS("removing an unfinished volume image that no retry came back for", "pool", pool.Name, "image", name, "created", fam.Created)
-			return s.c.removeImage(ctx, pool, fam)
+			if err := s.c.removeImage(ctx, pool, fam); err != nil {
+				return err
+			}
+			s.c.opts.Upkeep.Reclaimed(reclaimedUnfinished)
 		}
 		return nil
 	}
@@ -260,6 +269,7 @@ func (s *sweeper) dropSettledTmp(ctx context.Context, pool rbd.Pool, fam rbd.Fam
 			return left, err
 		}
 		klog.InfoS("removed the temporary snapshot of a volume clone that no retry came back for", "pool", pool.Name, "image", fam.Name, "snap", snap.Name)
+		s.c.opts.Upkeep.Reclaimed(reclaimedTmpSnap)
 	}
 	return left, nil
 }

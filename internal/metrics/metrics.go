@@ -1,6 +1,7 @@
 // Package metrics exposes the plugin's Prometheus metrics: one counter,
-// latency histogram and in-flight gauge per CSI method, and a latency
-// histogram of Ceph operations fed through the Observer interface.
+// latency histogram and in-flight gauge per CSI method, a latency
+// histogram of Ceph operations fed through the Observer interface, and the
+// controller's background work (running tasks, sweeps, what was reclaimed).
 //
 // Nothing here is global: New registers its collectors on the registry it
 // is given, and Handler serves whatever that registry gathers.
@@ -43,6 +44,11 @@ type Metrics struct {
 	latency  *prometheus.HistogramVec
 	inFlight *prometheus.GaugeVec
 	cephOps  *prometheus.HistogramVec
+
+	// The controller's work off the request path (controller.Upkeep).
+	background *prometheus.GaugeVec
+	sweeps     *prometheus.CounterVec
+	reclaimed  *prometheus.CounterVec
 }
 
 // latencyBuckets span a quick Identity call (~ms) to a slow flatten or
@@ -82,8 +88,23 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help:      "Time of one Ceph operation, by operation and result (success or error).",
 			Buckets:   latencyBuckets,
 		}, []string{"operation", "result"}),
+		background: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "background_tasks",
+			Help:      "Controller tasks running off the request path, by kind (flatten, sweep).",
+		}, []string{"kind"}),
+		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "sweeps_total",
+			Help:      "Sweeps of a pool for what crashed or abandoned requests left, by result (success or error).",
+		}, []string{"result"}),
+		reclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "reclaimed_total",
+			Help:      "Leftovers the controller gave back to the pool, by what they were (hidden-image, half-removed-image, unfinished-image, temporary-snapshot, snapshot-claim).",
+		}, []string{"what"}),
 	}
-	for _, c := range []prometheus.Collector{m.calls, m.latency, m.inFlight, m.cephOps} {
+	for _, c := range []prometheus.Collector{m.calls, m.latency, m.inFlight, m.cephOps, m.background, m.sweeps, m.reclaimed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -111,11 +132,26 @@ func (m *Metrics) UnaryInterceptor() grpc.UnaryServerInterceptor {
 
 // ObserveCephOp records one Ceph operation; Metrics is an Observer.
 func (m *Metrics) ObserveCephOp(op string, took time.Duration, err error) {
-	result := "success"
+	m.cephOps.WithLabelValues(op, result(err)).Observe(took.Seconds())
+}
+
+// BackgroundTasks moves the gauge of running background tasks of a kind;
+// with Swept and Reclaimed, Metrics is a controller.Upkeep.
+func (m *Metrics) BackgroundTasks(kind string, delta int) {
+	m.background.WithLabelValues(kind).Add(float64(delta))
+}
+
+// Swept counts one sweep of a pool.
+func (m *Metrics) Swept(err error) { m.sweeps.WithLabelValues(result(err)).Inc() }
+
+// Reclaimed counts one leftover removed.
+func (m *Metrics) Reclaimed(what string) { m.reclaimed.WithLabelValues(what).Inc() }
+
+func result(err error) string {
 	if err != nil {
-		result = "error"
+		return "error"
 	}
-	m.cephOps.WithLabelValues(op, result).Observe(took.Seconds())
+	return "success"
 }
 
 // Handler serves /metrics from g.
