@@ -29,6 +29,17 @@ type Cluster struct {
 	Conf, MonHost, FSID, Pool, ClusterID, Dir string
 	AdminKey, CSIUser, CSIKey                 string
 	ConfigFile                                string // the driver's cluster map
+	// Namespace is the RADOS namespace of the cluster-map entry ClusterID
+	// ("" = default); the inspection helpers look there.
+	Namespace string
+}
+
+// nsArgs are the rbd/rados arguments that select the namespace.
+func (c Cluster) nsArgs() []string {
+	if c.Namespace == "" {
+		return nil
+	}
+	return []string{"--namespace", c.Namespace}
 }
 
 // LoadCluster reads the cluster from the environment. Without one the tests
@@ -73,18 +84,21 @@ func (c Cluster) Params(extra ...string) map[string]string {
 // RBD runs the rbd CLI as admin, its key read from the cluster's keyring
 // file (never on a command line). Test-side inspection only: the driver's
 // controller never shells out.
-func (c Cluster) RBD(args ...string) (string, error) {
+func (c Cluster) RBD(args ...string) (string, error) { return c.admin("rbd", args...) }
+
+// admin runs a Ceph tool as admin, bounded, and returns what it printed.
+func (c Cluster) admin(tool string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	full := append([]string{"-c", c.Conf, "--id", "admin"}, args...)
-	out, err := exec.CommandContext(ctx, "rbd", full...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, tool, full...).CombinedOutput()
 	return string(out), err
 }
 
 // Images lists the images in the test pool.
 func (c Cluster) Images(t testing.TB) []string {
 	t.Helper()
-	out, err := c.RBD("ls", "-p", c.Pool)
+	out, err := c.RBD(append([]string{"ls", "-p", c.Pool}, c.nsArgs()...)...)
 	if err != nil {
 		t.Fatalf("rbd ls: %v: %s", err, out)
 	}
@@ -278,14 +292,11 @@ func Must(t testing.TB, err error, what string, args ...any) {
 	}
 }
 
+// Rados runs the rados CLI as admin.
+func (c Cluster) Rados(args ...string) (string, error) { return c.admin("rados", args...) }
+
 // Ceph runs the ceph CLI as admin.
-func (c Cluster) Ceph(args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	full := append([]string{"-c", c.Conf, "--id", "admin"}, args...)
-	out, err := exec.CommandContext(ctx, "ceph", full...).CombinedOutput()
-	return string(out), err
-}
+func (c Cluster) Ceph(args ...string) (string, error) { return c.admin("ceph", args...) }
 
 // WaitHealth polls `ceph health` until match says yes (bounded).
 func (c Cluster) WaitHealth(t testing.TB, what string, match func(health string) bool) {

@@ -19,20 +19,20 @@ func (c Cluster) PoolLeaks() []string {
 	var left []string
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
 		left = left[:0]
-		if out, err := c.RBD("ls", "-p", c.Pool); err != nil {
+		if out, err := c.RBD(append([]string{"ls", "-p", c.Pool}, c.nsArgs()...)...); err != nil {
 			left = append(left, "rbd ls: "+err.Error())
 		} else {
 			for _, img := range strings.Fields(out) {
 				left = append(left, "image "+img)
 			}
 		}
-		if out, err := c.RBD("trash", "ls", "--all", "-p", c.Pool); err != nil {
+		if out, err := c.RBD(append([]string{"trash", "ls", "--all", "-p", c.Pool}, c.nsArgs()...)...); err != nil {
 			left = append(left, "rbd trash ls: "+err.Error())
 		} else if strings.TrimSpace(out) != "" {
 			left = append(left, "trash: "+strings.TrimSpace(out))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		out, err := exec.CommandContext(ctx, "rados", "-c", c.Conf, "--id", "admin", "-p", c.Pool, "ls").CombinedOutput()
+		out, err := exec.CommandContext(ctx, "rados", append(c.radosArgs(), "ls")...).CombinedOutput()
 		cancel()
 		if err != nil {
 			left = append(left, "rados ls: "+err.Error())
@@ -59,7 +59,7 @@ func (c Cluster) IndexLeft() []string {
 	var left []string
 	for obj, prefix := range map[string]string{"rbdcsi.nodes": "attach/", "rbdcsi.snapclaims": ""} {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		out, err := exec.CommandContext(ctx, "rados", "-c", c.Conf, "--id", "admin", "-p", c.Pool, "listomapkeys", obj).CombinedOutput()
+		out, err := exec.CommandContext(ctx, "rados", append(c.radosArgs(), "listomapkeys", obj)...).CombinedOutput()
 		cancel()
 		if err != nil {
 			if !strings.Contains(string(out), "No such file") {
@@ -74,6 +74,11 @@ func (c Cluster) IndexLeft() []string {
 		}
 	}
 	return left
+}
+
+// radosArgs select the cluster, the admin user, the pool and the namespace.
+func (c Cluster) radosArgs() []string {
+	return append([]string{"-c", c.Conf, "--id", "admin", "-p", c.Pool}, c.nsArgs()...)
 }
 
 // CheckPoolAfter runs a package's tests, then fails the run if they left

@@ -61,7 +61,12 @@ type env struct {
 // registers later, asserts that nothing is left on the node or in Ceph.
 func setup(t *testing.T, extraArgs ...string) *env {
 	t.Helper()
-	c := harness.LoadCluster(t)
+	return setupWith(t, harness.LoadCluster(t), extraArgs...)
+}
+
+// setupWith is setup for the cluster-map entry, user and namespace c names.
+func setupWith(t *testing.T, c harness.Cluster, extraArgs ...string) *env {
+	t.Helper()
 	dir := filepath.Join(root, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
 	harness.Must(t, os.MkdirAll(dir, 0o755), "mkdir")
 	e := &env{t: t, c: c, dir: dir, state: filepath.Join(dir, "state")}
@@ -116,13 +121,20 @@ func (e *env) expectKeyNowhere() {
 func (e *env) expectImagesGone() {
 	e.t.Helper()
 	images := strings.Fields(strings.Join(e.c.Images(e.t), " "))
-	trash, err := e.c.RBD("trash", "ls", "--all", "-p", e.c.Pool)
+	trash, err := e.c.RBD(append([]string{"trash", "ls", "--all", "-p", e.c.Pool}, nsFlag(e.c)...)...)
 	harness.Must(e.t, err, "rbd trash ls: %s", trash)
 	for _, img := range e.images {
 		if slices.Contains(images, img) || strings.Contains(trash, img) {
 			e.t.Errorf("image %s of a deleted volume is still in pool %s", img, e.c.Pool)
 		}
 	}
+}
+
+func nsFlag(c harness.Cluster) []string {
+	if c.Namespace == "" {
+		return nil
+	}
+	return []string{"--namespace", c.Namespace}
 }
 
 // path returns a path under the test's directory (not created).

@@ -18,7 +18,21 @@ import (
 type Cluster struct {
 	ClusterID string   `json:"clusterID"`
 	Monitors  []string `json:"monitors"`
+	RBD       RBD      `json:"rbd,omitempty"`
 }
+
+// RBD holds a cluster entry's RBD settings.
+type RBD struct {
+	// RadosNamespace keeps everything the driver makes in each pool of the
+	// cluster (images, index objects) in this RADOS namespace, so tenants
+	// can share a pool with Ceph users limited to their namespace
+	// (`profile rbd pool=P namespace=N`). Empty: the default namespace.
+	// The namespace must exist (`rbd namespace create P/N`).
+	RadosNamespace string `json:"radosNamespace,omitempty"`
+}
+
+// Namespace is the RADOS namespace of the cluster's volumes ("" = default).
+func (c Cluster) Namespace() string { return c.RBD.RadosNamespace }
 
 // ErrUnknownCluster is returned by Lookup for a clusterID not in the map.
 var ErrUnknownCluster = errors.New("unknown clusterID")
@@ -35,7 +49,7 @@ func ParseClusters(data []byte) ([]Cluster, error) {
 	dec.DisallowUnknownFields()
 	var clusters []Cluster
 	if err := dec.Decode(&clusters); err != nil {
-		return nil, fmt.Errorf("cluster map is not a JSON list of {clusterID, monitors}: %w", err)
+		return nil, fmt.Errorf("cluster map is not a JSON list of {clusterID, monitors, rbd: {radosNamespace}}: %w", err)
 	}
 	if dec.More() {
 		return nil, errors.New("cluster map has trailing data after the JSON list")
@@ -55,6 +69,11 @@ func ParseClusters(data []byte) ([]Cluster, error) {
 		for _, m := range c.Monitors {
 			if err := validMonitor(m); err != nil {
 				return nil, fmt.Errorf("cluster %q: %w", c.ClusterID, err)
+			}
+		}
+		if ns := c.Namespace(); ns != "" {
+			if err := volid.ValidPool(ns); err != nil {
+				return nil, fmt.Errorf("cluster %q: radosNamespace: %w", c.ClusterID, err)
 			}
 		}
 	}

@@ -14,17 +14,27 @@ func TestParseClusters(t *testing.T) {
 	if err != nil || len(cs) != 2 || cs[0].MonHost() != "v2:127.0.0.1:3300,10.0.0.2:6789" {
 		t.Fatalf("ParseClusters = %+v, %v", cs, err)
 	}
+	if cs[0].Namespace() != "" {
+		t.Errorf("namespace %q without an rbd section", cs[0].Namespace())
+	}
+	// ceph-csi's per-cluster RBD section.
+	cs, err = ParseClusters([]byte(`[{"clusterID":"t1","monitors":["m:1"],"rbd":{"radosNamespace":"tenant-1"}}]`))
+	if err != nil || cs[0].Namespace() != "tenant-1" {
+		t.Fatalf("radosNamespace: %+v, %v", cs, err)
+	}
 	for name, bad := range map[string]string{
-		"not a list":       `{"clusterID":"c1"}`,
-		"unknown field":    `[{"clusterID":"c1","monitors":["m:1"],"extra":1}]`,
-		"no monitors":      `[{"clusterID":"c1","monitors":[]}]`,
-		"duplicate":        `[{"clusterID":"c1","monitors":["m:1"]},{"clusterID":"c1","monitors":["m:2"]}]`,
-		"bad id":           `[{"clusterID":"../etc","monitors":["m:1"]}]`,
-		"empty id":         `[{"clusterID":"","monitors":["m:1"]}]`,
-		"option injection": `[{"clusterID":"c1","monitors":["--keyring=/x"]}]`,
-		"shell chars":      `[{"clusterID":"c1","monitors":["m:1;reboot"]}]`,
-		"trailing data":    `[] []`,
-		"huge":             "[" + strings.Repeat(" ", maxMapBytes) + "]",
+		"bad namespace":     `[{"clusterID":"c1","monitors":["m:1"],"rbd":{"radosNamespace":"a/b"}}]`,
+		"unknown rbd field": `[{"clusterID":"c1","monitors":["m:1"],"rbd":{"netNamespaceFilePath":"/x"}}]`,
+		"not a list":        `{"clusterID":"c1"}`,
+		"unknown field":     `[{"clusterID":"c1","monitors":["m:1"],"extra":1}]`,
+		"no monitors":       `[{"clusterID":"c1","monitors":[]}]`,
+		"duplicate":         `[{"clusterID":"c1","monitors":["m:1"]},{"clusterID":"c1","monitors":["m:2"]}]`,
+		"bad id":            `[{"clusterID":"../etc","monitors":["m:1"]}]`,
+		"empty id":          `[{"clusterID":"","monitors":["m:1"]}]`,
+		"option injection":  `[{"clusterID":"c1","monitors":["--keyring=/x"]}]`,
+		"shell chars":       `[{"clusterID":"c1","monitors":["m:1;reboot"]}]`,
+		"trailing data":     `[] []`,
+		"huge":              "[" + strings.Repeat(" ", maxMapBytes) + "]",
 	} {
 		if _, err := ParseClusters([]byte(bad)); err == nil {
 			t.Errorf("%s: accepted %.60q", name, bad)

@@ -114,7 +114,7 @@ func (c *Controller) volumeIDs(ctx context.Context) ([]volid.Volume, error) {
 			if volid.ValidPool(poolName) != nil {
 				continue
 			}
-			names, err := c.backend.ListImages(ctx, rbd.Pool{MonHost: cluster.MonHost(), Cred: *c.cred, Name: poolName})
+			names, err := c.backend.ListImages(ctx, rbd.Pool{MonHost: cluster.MonHost(), Cred: *c.cred, Name: poolName, Namespace: cluster.Namespace()})
 			if errors.Is(err, rbd.ErrPermission) || errors.Is(err, rbd.ErrPoolNotFound) {
 				klog.V(4).InfoS("skipping pool", "cluster", cluster.ClusterID, "pool", poolName, "err", err)
 				continue

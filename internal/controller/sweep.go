@@ -50,7 +50,7 @@ func newSweeper(c *Controller, interval time.Duration) *sweeper {
 
 func (s *sweeper) stop() { s.tasks.stop() }
 
-func poolKey(p rbd.Pool) string { return p.MonHost + "/" + p.Name }
+func poolKey(p rbd.Pool) string { return p.MonHost + "/" + p.Name + "/" + p.Namespace }
 
 // imageKey is the try-lock a request holds while it creates the image or
 // snapshots it for a clone; the sweep takes it too.
@@ -144,7 +144,7 @@ func (s *sweeper) sweepAll(ctx context.Context) {
 		}
 		for _, name := range pools {
 			if volid.ValidPool(name) == nil {
-				s.after(rbd.Pool{MonHost: cluster.MonHost(), Cred: *s.c.cred, Name: name})
+				s.after(rbd.Pool{MonHost: cluster.MonHost(), Cred: *s.c.cred, Name: name, Namespace: cluster.Namespace()})
 			}
 		}
 	}

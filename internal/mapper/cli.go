@@ -123,7 +123,11 @@ func (c *rbdCLI) mapArgs(req MapRequest, keyFile string) []string {
 	if req.ReadOnly {
 		args = append(args, "--read-only")
 	}
-	return append(args, "--pool="+req.Image.Pool, "--image="+req.Image.Name)
+	args = append(args, "--pool="+req.Image.Pool)
+	if req.Image.Namespace != "" {
+		args = append(args, "--namespace="+req.Image.Namespace)
+	}
+	return append(args, "--image="+req.Image.Name)
 }
 
 // options are the mapOptions, plus ms_mode for krbd when every monitor
@@ -217,7 +221,9 @@ func (c *rbdCLI) Unmap(ctx context.Context, req UnmapRequest) error {
 	return nil
 }
 
-func sameImage(a, b Image) bool { return a.Pool == b.Pool && a.Name == b.Name }
+func sameImage(a, b Image) bool {
+	return a.Pool == b.Pool && a.Namespace == b.Namespace && a.Name == b.Name
+}
 
 // List parses `rbd device list --format json`.
 func (c *rbdCLI) List(ctx context.Context) ([]Mapped, error) {
@@ -240,8 +246,8 @@ type deviceEntry struct {
 	Device    string          `json:"device"`
 }
 
-// parseDeviceList decodes `rbd device list --format json`. Snapshot and
-// namespaced mappings are never ours and are left out.
+// parseDeviceList decodes `rbd device list --format json`. Snapshot
+// mappings are never ours and are left out.
 func parseDeviceList(out []byte) ([]Mapped, error) {
 	if len(strings.TrimSpace(string(out))) == 0 {
 		return nil, nil
@@ -256,10 +262,10 @@ func parseDeviceList(out []byte) ([]Mapped, error) {
 		if name == "" {
 			name = e.Image
 		}
-		if name == "" || e.Device == "" || e.Namespace != "" || (e.Snap != "" && e.Snap != "-") {
+		if name == "" || e.Device == "" || (e.Snap != "" && e.Snap != "-") {
 			continue
 		}
-		list = append(list, Mapped{Image: Image{Pool: e.Pool, Name: name}, Device: e.Device})
+		list = append(list, Mapped{Image: Image{Pool: e.Pool, Namespace: e.Namespace, Name: name}, Device: e.Device})
 	}
 	return list, nil
 }

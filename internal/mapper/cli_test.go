@@ -74,6 +74,10 @@ func TestMapArgs(t *testing.T) {
 	if args := krbd.mapArgs(req, "/k"); !slices.Contains(args, "--options=ms_mode=secure") {
 		t.Errorf("explicit ms_mode lost: %q", args)
 	}
+	req.Image.Namespace = "tenant-1"
+	if args := krbd.mapArgs(req, "/k"); !slices.Equal(args[len(args)-3:], []string{"--pool=rbd", "--namespace=tenant-1", "--image=csi-vol-1"}) {
+		t.Errorf("namespaced image argv %q", args)
+	}
 	if got := krbd.unmapArgs("/dev/rbd3", "force"); !slices.Equal(got, []string{"device", "unmap", "--options=force", "/dev/rbd3"}) {
 		t.Errorf("unmap argv %q", got)
 	}
@@ -168,7 +172,8 @@ func TestParseDeviceList(t *testing.T) {
 		{"krbd", `[{"id":"0","pool":"rbd","namespace":"","name":"a","snap":"-","device":"/dev/rbd0"},
 			{"id":"1","pool":"rbd","namespace":"","name":"a","snap":"s1","device":"/dev/rbd1"},
 			{"id":"2","pool":"p2","namespace":"ns","name":"b","snap":"-","device":"/dev/rbd2"}]`,
-			[]Mapped{{Image: Image{Pool: "rbd", Name: "a"}, Device: "/dev/rbd0"}}, false},
+			[]Mapped{{Image: Image{Pool: "rbd", Name: "a"}, Device: "/dev/rbd0"},
+				{Image: Image{Pool: "p2", Namespace: "ns", Name: "b"}, Device: "/dev/rbd2"}}, false},
 		{"nbd", `[{"id":4242,"pool":"rbd","namespace":"","image":"b","snap":"","device":"/dev/nbd0"}]`,
 			[]Mapped{{Image: Image{Pool: "rbd", Name: "b"}, Device: "/dev/nbd0"}}, false},
 		{"garbage", "rbd: warning", nil, true},

@@ -61,7 +61,11 @@ type fusePaths struct {
 }
 
 func (f *fuseMapper) paths(img Image) fusePaths {
-	sum := sha256.Sum256([]byte(img.ClusterID + "/" + img.Pool + "/" + img.Name))
+	spec := img.ClusterID + "/" + img.Pool + "/" + img.Name
+	if img.Namespace != "" { // (paths of the default namespace stay as they were)
+		spec = img.ClusterID + "/" + img.Pool + "/" + img.Namespace + "/" + img.Name
+	}
+	sum := sha256.Sum256([]byte(spec))
 	dir := filepath.Join(f.dir, hex.EncodeToString(sum[:12]))
 	mnt := filepath.Join(dir, "mnt")
 	return fusePaths{
@@ -88,11 +92,13 @@ func (f *fuseMapper) Supported(context.Context) error {
 // fuseArgs is rbd-fuse's argv: name=value forms, so that no value can be
 // taken for an option, and the key only in the keyring file.
 func fuseArgs(p fusePaths, req MapRequest, keyringFile string) []string {
-	return []string{
-		"--conf=" + p.conf, "--id=" + req.Cred.ID, "--keyring=" + keyringFile,
-		"--poolname=" + req.Image.Pool, "--image=" + req.Image.Name,
-		p.mnt, "-f", // foreground: we are its parent and see it exit
+	args := []string{"--conf=" + p.conf, "--id=" + req.Cred.ID, "--keyring=" + keyringFile, "--poolname=" + req.Image.Pool}
+	if req.Image.Namespace != "" {
+		args = append(args, "--namespace="+req.Image.Namespace)
 	}
+	return append(args, "--image="+req.Image.Name,
+		p.mnt, "-f", // foreground: we are its parent and see it exit
+	)
 }
 
 // fuseConf is the whole Ceph configuration rbd-fuse gets: the node's

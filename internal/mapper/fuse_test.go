@@ -31,6 +31,14 @@ func TestFuseArgs(t *testing.T) {
 			t.Errorf("argv holds the key: %q", a)
 		}
 	}
+	req.Image.Namespace = "tenant-1"
+	np := f.paths(req.Image)
+	if np.dir == p.dir {
+		t.Errorf("two namespaces share a private directory")
+	}
+	if args := fuseArgs(np, req, "/k"); !slices.Equal(args[3:6], []string{"--poolname=rbd", "--namespace=tenant-1", "--image=csi-vol-1"}) {
+		t.Errorf("namespaced argv %q", args)
+	}
 	conf := fuseConf(req.MonHost, 20*time.Second)
 	if !strings.Contains(conf, "mon_host = v2:10.0.0.1:3300,v2:10.0.0.2:3300\n") || !strings.Contains(conf, "client_mount_timeout = 20\n") || strings.Contains(conf, testKey) {
 		t.Errorf("conf:\n%s", conf)

@@ -47,10 +47,18 @@ var (
 type Image struct {
 	ClusterID string `json:"clusterID"`
 	Pool      string `json:"pool"`
+	// Namespace is the RADOS namespace in the pool ("" = default).
+	Namespace string `json:"namespace,omitempty"`
 	Name      string `json:"name"`
 }
 
-func (i Image) String() string { return i.Pool + "/" + i.Name }
+// String is the image spec the rbd tool takes: pool[/namespace]/name.
+func (i Image) String() string {
+	if i.Namespace != "" {
+		return i.Pool + "/" + i.Namespace + "/" + i.Name
+	}
+	return i.Pool + "/" + i.Name
+}
 
 // MapRequest is everything a mapping needs, secrets included. It lives for
 // one call only and is never stored or logged.

@@ -113,7 +113,7 @@ func (n *Node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequ
 	if err := checkDir(staging); err != nil {
 		return nil, err
 	}
-	img := mapper.Image{ClusterID: vol.ClusterID, Pool: vol.Pool, Name: vol.Image}
+	img := mapper.Image{ClusterID: vol.ClusterID, Pool: vol.Pool, Namespace: cluster.Namespace(), Name: vol.Image}
 	if rec == nil {
 		rec = &record{VolumeID: id, Image: img, Mounter: mounterName, StagingPath: staging, Cap: capSpec}
 	}
@@ -328,7 +328,7 @@ func (n *Node) liveTargets(rec *record) ([]string, error) {
 // staging path only if a device mapped for this very image is mounted
 // there, and unmaps such devices.
 func (n *Node) unstageUnrecorded(ctx context.Context, vol volid.Volume, staging string) error {
-	img := mapper.Image{ClusterID: vol.ClusterID, Pool: vol.Pool, Name: vol.Image}
+	img := n.imageOf(vol)
 	for _, name := range mapperNames(n.mappers) {
 		m := n.mappers[name]
 		if m.Supported(ctx) != nil {
@@ -354,7 +354,7 @@ func (n *Node) unstageUnrecorded(ctx context.Context, vol volid.Volume, staging 
 // imageDevices lists the devices mapped for the volume's image by any
 // mapper that works on this node.
 func (n *Node) imageDevices(ctx context.Context, vol volid.Volume) []string {
-	img := mapper.Image{ClusterID: vol.ClusterID, Pool: vol.Pool, Name: vol.Image}
+	img := n.imageOf(vol)
 	var devs []string
 	for _, name := range mapperNames(n.mappers) {
 		m := n.mappers[name]
@@ -368,6 +368,17 @@ func (n *Node) imageDevices(ctx context.Context, vol volid.Volume) []string {
 		}
 	}
 	return devs
+}
+
+// imageOf names the volume's image for calls without a state record; the
+// namespace comes from the cluster map (none if the map no longer knows
+// the cluster).
+func (n *Node) imageOf(vol volid.Volume) mapper.Image {
+	img := mapper.Image{ClusterID: vol.ClusterID, Pool: vol.Pool, Name: vol.Image}
+	if cluster, err := n.clusters.Lookup(vol.ClusterID); err == nil {
+		img.Namespace = cluster.Namespace()
+	}
+	return img
 }
 
 // checkDir refuses a staging path that exists and is no directory. A

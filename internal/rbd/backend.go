@@ -20,6 +20,8 @@ type Pool struct {
 	MonHost string
 	Cred    config.Credentials
 	Name    string
+	// Namespace is the RADOS namespace inside the pool ("" = default).
+	Namespace string
 }
 
 // ImageSpec is what an image is created with.
@@ -106,16 +108,26 @@ func (b *Backend) withConn(ctx context.Context, monHost string, cred config.Cred
 // withIoctx is withConn with an I/O context on the pool.
 func (b *Backend) withIoctx(ctx context.Context, p Pool, op string, fn func(*rados.IOContext) error) error {
 	return b.withConn(ctx, p.MonHost, p.Cred, op, func(conn *rados.Conn) error {
-		ioctx, err := conn.OpenIOContext(p.Name)
+		ioctx, err := openIoctx(conn, p)
 		if err != nil {
-			if errors.Is(classify(err), ErrNotFound) {
-				return fmt.Errorf("%w: pool %q", ErrPoolNotFound, p.Name)
-			}
-			return fmt.Errorf("opening pool %q: %w", p.Name, classify(err))
+			return err
 		}
 		defer ioctx.Destroy()
 		return fn(ioctx)
 	})
+}
+
+// openIoctx opens the pool, in its RADOS namespace when one is set.
+func openIoctx(conn *rados.Conn, p Pool) (*rados.IOContext, error) {
+	ioctx, err := conn.OpenIOContext(p.Name)
+	if err != nil {
+		if errors.Is(classify(err), ErrNotFound) {
+			return nil, fmt.Errorf("%w: pool %q", ErrPoolNotFound, p.Name)
+		}
+		return nil, fmt.Errorf("opening pool %q: %w", p.Name, classify(err))
+	}
+	ioctx.SetNamespace(p.Namespace)
+	return ioctx, nil
 }
 
 // CreateImage creates an image and sets its metadata. An existing image of

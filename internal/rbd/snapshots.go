@@ -210,9 +210,9 @@ func (b *Backend) Clone(ctx context.Context, parent, child Pool, name string, sp
 			return err
 		}
 		defer release()
-		pio, err := conn.OpenIOContext(parent.Name)
+		pio, err := openIoctx(conn, parent)
 		if err != nil {
-			return fmt.Errorf("opening pool %q: %w", parent.Name, classify(err))
+			return err
 		}
 		defer pio.Destroy()
 		opts := librbd.NewRbdImageOptions()

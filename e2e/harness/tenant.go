@@ -1,0 +1,64 @@
+package harness
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Tenant makes a RADOS namespace ns in the test pool, a Ceph user that may
+// use that namespace only, and a cluster map that adds the entry
+// clusterID ns (the same monitors, rbd.radosNamespace ns). The returned
+// Cluster speaks for the tenant: its Params, Secrets and ConfigFile are the
+// tenant's, and its inspection helpers look into the namespace. When the
+// test ends (after the cleanups registered later) it fails the test if
+// anything is left in the namespace, then removes the namespace and user.
+func (c Cluster) Tenant(t *testing.T, ns string) Cluster {
+	t.Helper()
+	user := "client." + ns
+	out, err := c.RBD("namespace", "create", "--pool", c.Pool, "--namespace", ns)
+	Must(t, err, "rbd namespace create: %s", out)
+	out, err = c.Ceph("auth", "get-or-create", user, "mon", "profile rbd", "osd", "profile rbd pool="+c.Pool+" namespace="+ns)
+	Must(t, err, "ceph auth get-or-create: %s", out)
+	out, err = c.Ceph("auth", "print-key", user)
+	Must(t, err, "ceph auth print-key: %s", out)
+	fields := strings.Fields(out) // the key is the last word (warnings may precede it)
+	if len(fields) == 0 {
+		t.Fatal("ceph auth print-key printed nothing")
+	}
+
+	tc := c
+	tc.ClusterID, tc.Namespace = ns, ns
+	tc.CSIUser, tc.CSIKey = ns, fields[len(fields)-1]
+	tc.ConfigFile = filepath.Join(t.TempDir(), "cluster-config.json")
+	data, err := os.ReadFile(c.ConfigFile)
+	Must(t, err, "reading the cluster map")
+	var entries []map[string]any
+	Must(t, json.Unmarshal(data, &entries), "decoding the cluster map")
+	entries = append(entries, map[string]any{
+		"clusterID": ns, "monitors": strings.Split(c.MonHost, ","), "rbd": map[string]string{"radosNamespace": ns},
+	})
+	data, err = json.Marshal(entries)
+	Must(t, err, "encoding the cluster map")
+	Must(t, os.WriteFile(tc.ConfigFile, data, 0o644), "writing the cluster map")
+
+	t.Cleanup(func() {
+		if left := tc.PoolLeaks(); len(left) > 0 {
+			t.Errorf("left in namespace %s of pool %s:\n  %s", ns, c.Pool, strings.Join(left, "\n  "))
+		}
+		// The index objects may stay, empty (PoolLeaks allows them); they
+		// go with the namespace here.
+		for _, obj := range []string{"rbdcsi.nodes", "rbdcsi.snapclaims"} {
+			_, _ = c.Rados("-p", c.Pool, "--namespace", ns, "rm", obj)
+		}
+		if out, err := c.RBD("namespace", "remove", "--pool", c.Pool, "--namespace", ns); err != nil {
+			t.Errorf("rbd namespace remove: %v: %s", err, out)
+		}
+		if out, err := c.Ceph("auth", "rm", user); err != nil {
+			t.Errorf("ceph auth rm: %v: %s", err, out)
+		}
+	})
+	return tc
+}
