@@ -1,10 +1,13 @@
 package node
 
 import (
+	"context"
 	"crypto/rand"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
@@ -44,5 +47,40 @@ func TestRadosNamespace(t *testing.T) {
 		if slices.Contains(c.Images(t), img) {
 			t.Errorf("image %s is in the pool's default namespace", img)
 		}
+	}
+}
+
+// A Secret whose user may not read the volume's pool (here a tenant's,
+// limited to its namespace, for a volume in the default one) makes
+// rbd-fuse spin without answering. NodeStage fails, and the plugin then
+// ends that rbd-fuse: no process, mount, loop device or state record stays.
+func TestStageWithUserWithoutAccess(t *testing.T) {
+	c := harness.LoadCluster(t)
+	tenant := c.Tenant(t, "tenant-denied")
+	e := setup(t)
+	fs := mountCap("ext4", singleWriter)
+	v := e.createVolume("denied", 64*mib, fs)
+	staging := e.path("denied-staging")
+	harness.Must(t, os.MkdirAll(staging, 0o750), "mkdir staging")
+	req := e.stageReq(v, staging, fs)
+	req.Secrets = tenant.Secrets()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := e.nc.NodeStageVolume(ctx, req); err == nil {
+		e.unstage(v, staging)
+		t.Fatal("staged with a user that may not read the pool")
+	}
+	// The plugin undoes the attempt after the caller gave up.
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		records, _ := os.ReadDir(filepath.Join(e.state, "volumes"))
+		left := leftovers(e.dir)
+		if len(left) == 0 && len(records) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("90 s after the failed stage: left %v, state records %v", left, records)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 }

@@ -243,15 +243,23 @@ func (f *fuseMapper) teardown(ctx context.Context, img Image) error {
 	}
 	// The loop device lets go of the file asynchronously, so the unmount
 	// may see EBUSY for a moment.
-	err := waitFor(ctx, 10*time.Second, func() bool {
+	unmounted := func() bool {
 		if !isFuseMount(f.sysRoot, p.mnt) {
 			return true
 		}
 		err := syscall.Unmount(p.mnt, 0)
 		return err == nil || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOENT)
-	})
-	if err != nil {
-		return fmt.Errorf("fuse unmap %s: unmounting %s: %w", img, p.mnt, err)
+	}
+	if waitFor(ctx, 5*time.Second, unmounted) != nil {
+		// An rbd-fuse that stopped answering (it spins when its user may
+		// not read the pool) keeps its mount busy with the calls waiting
+		// on it. Ending it fails those calls, and the unmount goes through.
+		if err := f.killProcs(ctx, p.mnt); err != nil {
+			return fmt.Errorf("fuse unmap %s: %w", img, err)
+		}
+		if err := waitFor(ctx, 10*time.Second, unmounted); err != nil {
+			return fmt.Errorf("fuse unmap %s: unmounting %s: %w", img, p.mnt, err)
+		}
 	}
 	if err := f.stopProcs(ctx, p.mnt); err != nil {
 		return fmt.Errorf("fuse unmap %s: %w", img, err)
@@ -271,6 +279,12 @@ func (f *fuseMapper) stopProcs(ctx context.Context, mnt string) error {
 	if waitFor(ctx, 10*time.Second, gone) == nil {
 		return nil
 	}
+	return f.killProcs(ctx, mnt)
+}
+
+// killProcs ends the rbd-fuse serving mnt: SIGTERM, then SIGKILL.
+func (f *fuseMapper) killProcs(ctx context.Context, mnt string) error {
+	gone := func() bool { return len(findProcs(f.sysRoot, "rbd-fuse", mnt)) == 0 }
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		for _, pid := range findProcs(f.sysRoot, "rbd-fuse", mnt) {
 			_ = syscall.Kill(pid, sig)
