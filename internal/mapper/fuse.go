@@ -210,7 +210,7 @@ func (f *fuseMapper) start(ctx context.Context, p fusePaths, req MapRequest) err
 	// the listing then says whether the image exists.
 	names, err := readDirWithin(ctx, p.mnt)
 	if err != nil {
-		return fail("rbd-fuse did not serve the image", err)
+		return fail("rbd-fuse did not serve the image (is the cluster reachable, and may the Secret's user read the pool?)", err)
 	}
 	if !slices.Contains(names, req.Image.Name) {
 		return fmt.Errorf("%w: %s does not exist", ErrNotFound, req.Image)
