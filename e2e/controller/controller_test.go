@@ -435,3 +435,18 @@ func (e env) removeHeader(t *testing.T, image string) {
 		t.Fatalf("rados rm: %v: %s", err, out)
 	}
 }
+
+// A cluster-map entry naming a RADOS namespace that was never made: the
+// create says so (InvalidArgument, naming the namespace) and makes nothing.
+func TestCreateInMissingNamespace(t *testing.T) {
+	c := harness.LoadCluster(t).InNamespace(t, "never-made")
+	p := harness.StartPlugin(t, c, "--mode", "controller")
+	_, err := p.Controller().CreateVolume(harness.Ctx(t), &csi.CreateVolumeRequest{
+		Name: "in-missing-ns", VolumeCapabilities: fsCap(), Parameters: c.Params(), Secrets: c.Secrets(),
+		CapacityRange: &csi.CapacityRange{RequiredBytes: mib},
+	})
+	wantCode(t, err, codes.InvalidArgument, "a create in a missing namespace")
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, `"never-made"`) || !strings.Contains(msg, "radosNamespace") {
+		t.Errorf("the message does not name the namespace and the setting: %s", msg)
+	}
+}

@@ -8,6 +8,27 @@ import (
 	"testing"
 )
 
+// InNamespace writes a cluster map with one more entry, clusterID ns, for
+// the same monitors and rbd.radosNamespace ns, and returns the Cluster of
+// that entry (the namespace itself is not made: see Tenant).
+func (c Cluster) InNamespace(t *testing.T, ns string) Cluster {
+	t.Helper()
+	nc := c
+	nc.ClusterID, nc.Namespace = ns, ns
+	nc.ConfigFile = filepath.Join(t.TempDir(), "cluster-config.json")
+	data, err := os.ReadFile(c.ConfigFile)
+	Must(t, err, "reading the cluster map")
+	var entries []map[string]any
+	Must(t, json.Unmarshal(data, &entries), "decoding the cluster map")
+	entries = append(entries, map[string]any{
+		"clusterID": ns, "monitors": strings.Split(c.MonHost, ","), "rbd": map[string]string{"radosNamespace": ns},
+	})
+	data, err = json.Marshal(entries)
+	Must(t, err, "encoding the cluster map")
+	Must(t, os.WriteFile(nc.ConfigFile, data, 0o644), "writing the cluster map")
+	return nc
+}
+
 // Tenant makes a RADOS namespace ns in the test pool, a Ceph user that may
 // use that namespace only, and a cluster map that adds the entry
 // clusterID ns (the same monitors, rbd.radosNamespace ns). The returned
@@ -29,20 +50,8 @@ func (c Cluster) Tenant(t *testing.T, ns string) Cluster {
 		t.Fatal("ceph auth print-key printed nothing")
 	}
 
-	tc := c
-	tc.ClusterID, tc.Namespace = ns, ns
+	tc := c.InNamespace(t, ns)
 	tc.CSIUser, tc.CSIKey = ns, fields[len(fields)-1]
-	tc.ConfigFile = filepath.Join(t.TempDir(), "cluster-config.json")
-	data, err := os.ReadFile(c.ConfigFile)
-	Must(t, err, "reading the cluster map")
-	var entries []map[string]any
-	Must(t, json.Unmarshal(data, &entries), "decoding the cluster map")
-	entries = append(entries, map[string]any{
-		"clusterID": ns, "monitors": strings.Split(c.MonHost, ","), "rbd": map[string]string{"radosNamespace": ns},
-	})
-	data, err = json.Marshal(entries)
-	Must(t, err, "encoding the cluster map")
-	Must(t, os.WriteFile(tc.ConfigFile, data, 0o644), "writing the cluster map")
 
 	t.Cleanup(func() {
 		if left := tc.PoolLeaks(); len(left) > 0 {

@@ -44,7 +44,7 @@ func (c *Controller) createFromSource(ctx context.Context, pool rbd.Pool, image,
 			return 0, err
 		}
 	case errors.Is(err, rbd.ErrPoolNotFound):
-		return 0, status.Errorf(codes.InvalidArgument, "pool %q does not exist in the cluster (check the StorageClass parameter %q)", pool.Name, config.ParamPool)
+		return 0, noPool(pool, err)
 	case !errors.Is(err, rbd.ErrNotFound):
 		return 0, cephStatus(err)
 	}

@@ -90,7 +90,7 @@ func (c *Controller) createImage(ctx context.Context, pool rbd.Pool, image, name
 			return int64(spec.Size), nil
 		}
 		if errors.Is(err, rbd.ErrPoolNotFound) {
-			return 0, status.Errorf(codes.InvalidArgument, "pool %q does not exist in the cluster (check the StorageClass parameter %q)", pool.Name, config.ParamPool)
+			return 0, noPool(pool, err)
 		}
 		if !errors.Is(err, rbd.ErrExists) {
 			return 0, c.writeStatus(pool, fmt.Errorf("creating volume %s: %w", name, err))
@@ -220,6 +220,14 @@ func (c *Controller) stat(ctx context.Context, pool rbd.Pool, vol volid.Volume) 
 		return rbd.ImageInfo{}, cephStatus(err)
 	}
 	return info, nil
+}
+
+// noPool answers a create whose pool, or RADOS namespace, is missing.
+func noPool(pool rbd.Pool, err error) error {
+	if errors.Is(err, rbd.ErrNamespaceNotFound) {
+		return status.Errorf(codes.InvalidArgument, "%v (check the cluster map's rbd.radosNamespace)", err)
+	}
+	return status.Errorf(codes.InvalidArgument, "pool %q does not exist in the cluster (check the StorageClass parameter %q)", pool.Name, config.ParamPool)
 }
 
 // pool resolves where a volume lives and with which credentials: the

@@ -113,8 +113,22 @@ func (b *Backend) withIoctx(ctx context.Context, p Pool, op string, fn func(*rad
 			return err
 		}
 		defer ioctx.Destroy()
-		return fn(ioctx)
+		err = fn(ioctx)
+		if p.Namespace != "" && errors.Is(err, ErrNotFound) && namespaceMissing(ioctx, p.Namespace) {
+			return fmt.Errorf("%w: %w: %q in pool %q (rbd namespace create %s/%s)", ErrPoolNotFound, ErrNamespaceNotFound, p.Namespace, p.Name, p.Name, p.Namespace)
+		}
+		return err
 	})
+}
+
+// namespaceMissing reports whether the I/O context's namespace is known
+// not to exist; false when that cannot be read (a user limited to the
+// namespace may not read the pool's namespace list).
+func namespaceMissing(ioctx *rados.IOContext, ns string) bool {
+	ioctx.SetNamespace("")
+	defer ioctx.SetNamespace(ns)
+	exists, err := librbd.NamespaceExists(ioctx, ns)
+	return err == nil && !exists
 }
 
 // openIoctx opens the pool, in its RADOS namespace when one is set.

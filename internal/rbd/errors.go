@@ -12,14 +12,17 @@ import (
 var (
 	ErrNotFound     = errors.New("not found")
 	ErrPoolNotFound = errors.New("pool not found")
-	ErrExists       = errors.New("already exists")
-	ErrBusy         = errors.New("in use")
-	ErrHasSnapshots = errors.New("has snapshots")
-	ErrNoSpace      = errors.New("no space left in pool")
-	ErrUnavailable  = errors.New("cluster unavailable")
-	ErrPermission   = errors.New("permission denied")
-	ErrInvalid      = errors.New("invalid argument")
-	errClosed       = errors.New("connection cache closed")
+	// ErrNamespaceNotFound comes wrapped with ErrPoolNotFound: to a
+	// volume, a missing namespace is a missing pool.
+	ErrNamespaceNotFound = errors.New("RADOS namespace not found")
+	ErrExists            = errors.New("already exists")
+	ErrBusy              = errors.New("in use")
+	ErrHasSnapshots      = errors.New("has snapshots")
+	ErrNoSpace           = errors.New("no space left in pool")
+	ErrUnavailable       = errors.New("cluster unavailable")
+	ErrPermission        = errors.New("permission denied")
+	ErrInvalid           = errors.New("invalid argument")
+	errClosed            = errors.New("connection cache closed")
 )
 
 type errnoer interface{ ErrorCode() int }
