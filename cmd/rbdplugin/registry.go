@@ -35,7 +35,7 @@ func (r *registryFlags) pool(clusters *config.ClusterMap, cred config.Credential
 	if err != nil {
 		return rbd.Pool{}, err
 	}
-	return rbd.Pool{MonHost: cluster.MonHost(), Cred: cred, Name: pool, Namespace: cluster.Namespace()}, nil
+	return rbd.NewPool(cluster, cred, pool), nil
 }
 
 // controllerRegistry is the registry the controller reads, or nil when

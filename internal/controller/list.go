@@ -101,22 +101,36 @@ func (c *Controller) ListVolumes(ctx context.Context, req *csi.ListVolumesReques
 	return resp, nil
 }
 
+// ownPools lists the pools of a cluster that could hold volumes (valid
+// names), with the controller's own credentials and the cluster's
+// namespace.
+func (c *Controller) ownPools(ctx context.Context, cluster config.Cluster) ([]rbd.Pool, error) {
+	names, err := c.backend.ListPools(ctx, cluster.MonHost(), *c.cred)
+	if err != nil {
+		return nil, err
+	}
+	var pools []rbd.Pool
+	for _, name := range names {
+		if volid.ValidPool(name) == nil {
+			pools = append(pools, rbd.NewPool(cluster, *c.cred, name))
+		}
+	}
+	return pools, nil
+}
+
 // volumeIDs lists every volume image, sorted by ID. Pools the controller's
 // user may not read are skipped: they hold no volumes it could serve.
 func (c *Controller) volumeIDs(ctx context.Context) ([]volid.Volume, error) {
 	var ids []volid.Volume
 	for _, cluster := range c.clusters.All() {
-		pools, err := c.backend.ListPools(ctx, cluster.MonHost(), *c.cred)
+		pools, err := c.ownPools(ctx, cluster)
 		if err != nil {
 			return nil, cephStatus(err)
 		}
-		for _, poolName := range pools {
-			if volid.ValidPool(poolName) != nil {
-				continue
-			}
-			names, err := c.backend.ListImages(ctx, rbd.Pool{MonHost: cluster.MonHost(), Cred: *c.cred, Name: poolName, Namespace: cluster.Namespace()})
+		for _, pool := range pools {
+			names, err := c.backend.ListImages(ctx, pool)
 			if errors.Is(err, rbd.ErrPermission) || errors.Is(err, rbd.ErrPoolNotFound) {
-				klog.V(4).InfoS("skipping pool", "cluster", cluster.ClusterID, "pool", poolName, "err", err)
+				klog.V(4).InfoS("skipping pool", "cluster", cluster.ClusterID, "pool", pool.Name, "err", err)
 				continue
 			}
 			if err != nil {
@@ -124,7 +138,7 @@ func (c *Controller) volumeIDs(ctx context.Context) ([]volid.Volume, error) {
 			}
 			for _, n := range names {
 				if isVolumeImage(n) {
-					ids = append(ids, volid.Volume{ClusterID: cluster.ClusterID, Pool: poolName, Image: n})
+					ids = append(ids, volid.Volume{ClusterID: cluster.ClusterID, Pool: pool.Name, Image: n})
 				}
 			}
 		}

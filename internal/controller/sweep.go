@@ -10,7 +10,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
-	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
 // sweepTimeout bounds one pass over a pool.
@@ -30,8 +29,8 @@ const sweepTimeout = time.Hour
 // delete. With credentials of its own (--controller-secret-dir) the
 // controller also sweeps, once per interval, every pool they can read, so
 // a pool that sees no delete is swept too. What is younger than one
-// interval is left alone: a request may still be working on it. Volume images found clean are not read again
-// until a request touches them.
+// interval is left alone: a request may still be working on it. Volume
+// images found clean are not read again until a request touches them.
 type sweeper struct {
 	c        *Controller
 	interval time.Duration
@@ -137,15 +136,13 @@ func (s *sweeper) startPeriodic() {
 // sweepAll starts the sweep of every pool of every cluster that is due.
 func (s *sweeper) sweepAll(ctx context.Context) {
 	for _, cluster := range s.c.clusters.All() {
-		pools, err := s.c.backend.ListPools(ctx, cluster.MonHost(), *s.c.cred)
+		pools, err := s.c.ownPools(ctx, cluster)
 		if err != nil {
 			klog.ErrorS(err, "listing pools for the periodic sweep; trying again in one interval", "cluster", cluster.ClusterID)
 			continue
 		}
-		for _, name := range pools {
-			if volid.ValidPool(name) == nil {
-				s.after(rbd.Pool{MonHost: cluster.MonHost(), Cred: *s.c.cred, Name: name, Namespace: cluster.Namespace()})
-			}
+		for _, pool := range pools {
+			s.after(pool)
 		}
 	}
 }

@@ -252,5 +252,5 @@ func (c *Controller) pool(clusterID, pool string, secrets map[string]string, own
 		_, err := config.CredentialsFromSecrets(secrets)
 		return rbd.Pool{}, status.Error(codes.InvalidArgument, err.Error())
 	}
-	return rbd.Pool{MonHost: cluster.MonHost(), Cred: cred, Name: pool, Namespace: cluster.Namespace()}, nil
+	return rbd.NewPool(cluster, cred, pool), nil
 }

@@ -31,7 +31,7 @@ func (n *Node) checkAttached(ctx context.Context, vol volid.Volume, cluster conf
 	if !ok || !attach.SingleNode(csi.VolumeCapability_AccessMode_Mode(m)) {
 		return nil
 	}
-	info, err := n.fence.Stat(ctx, rbd.Pool{MonHost: cluster.MonHost(), Cred: cred, Name: vol.Pool, Namespace: cluster.Namespace()}, vol.Image)
+	info, err := n.fence.Stat(ctx, rbd.NewPool(cluster, cred, vol.Pool), vol.Image)
 	switch {
 	case errors.Is(err, rbd.ErrNotFound), errors.Is(err, rbd.ErrPoolNotFound):
 		return status.Errorf(codes.NotFound, "volume %s does not exist", vol)

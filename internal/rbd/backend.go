@@ -113,22 +113,30 @@ func (b *Backend) withIoctx(ctx context.Context, p Pool, op string, fn func(*rad
 			return err
 		}
 		defer ioctx.Destroy()
-		err = fn(ioctx)
-		if p.Namespace != "" && errors.Is(err, ErrNotFound) && namespaceMissing(ioctx, p.Namespace) {
-			return fmt.Errorf("%w: %w: %q in pool %q (rbd namespace create %s/%s)", ErrPoolNotFound, ErrNamespaceNotFound, p.Namespace, p.Name, p.Name, p.Namespace)
-		}
-		return err
+		return fn(ioctx)
 	})
 }
 
-// namespaceMissing reports whether the I/O context's namespace is known
-// not to exist; false when that cannot be read (a user limited to the
-// namespace may not read the pool's namespace list).
-func namespaceMissing(ioctx *rados.IOContext, ns string) bool {
+// inMissingNamespace names a missing RADOS namespace as the cause of a
+// not-found, when the pool's namespace list says so (a user limited to
+// its namespace may not read that list: then err stays as it is). Only
+// image creation asks: elsewhere a not-found is an answer, not a fault.
+func inMissingNamespace(ioctx *rados.IOContext, p Pool, err error) error {
+	if p.Namespace == "" || !errors.Is(err, ErrNotFound) {
+		return err
+	}
 	ioctx.SetNamespace("")
-	defer ioctx.SetNamespace(ns)
-	exists, err := librbd.NamespaceExists(ioctx, ns)
-	return err == nil && !exists
+	defer ioctx.SetNamespace(p.Namespace)
+	if exists, lerr := librbd.NamespaceExists(ioctx, p.Namespace); lerr != nil || exists {
+		return err
+	}
+	return fmt.Errorf("%w: %w: %q in pool %q (rbd namespace create %s/%s)", ErrPoolNotFound, ErrNamespaceNotFound, p.Namespace, p.Name, p.Name, p.Namespace)
+}
+
+// NewPool is the pool name of a cluster-map entry, in the entry's RADOS
+// namespace, used with cred.
+func NewPool(cluster config.Cluster, cred config.Credentials, name string) Pool {
+	return Pool{MonHost: cluster.MonHost(), Cred: cred, Name: name, Namespace: cluster.Namespace()}
 }
 
 // openIoctx opens the pool, in its RADOS namespace when one is set.
@@ -160,7 +168,7 @@ func (b *Backend) CreateImage(ctx context.Context, p Pool, name string, spec Ima
 			}
 		}
 		if err := librbd.CreateImage(ioctx, name, spec.Size, opts); err != nil {
-			return fmt.Errorf("creating image %s/%s: %w", p.Name, name, classify(err))
+			return inMissingNamespace(ioctx, p, fmt.Errorf("creating image %s/%s: %w", p.Name, name, classify(err)))
 		}
 		b.fault("CreateImage:created")
 		return setMetadata(ioctx, name, spec.Metadata)
