@@ -275,16 +275,20 @@ func (f *fuseMapper) teardown(ctx context.Context, img Image) error {
 // stopProcs waits for the rbd-fuse serving mnt to exit after its unmount,
 // and ends it if it does not.
 func (f *fuseMapper) stopProcs(ctx context.Context, mnt string) error {
-	gone := func() bool { return len(findProcs(f.sysRoot, "rbd-fuse", mnt)) == 0 }
-	if waitFor(ctx, 10*time.Second, gone) == nil {
+	if waitFor(ctx, 10*time.Second, f.procsGone(mnt)) == nil {
 		return nil
 	}
 	return f.killProcs(ctx, mnt)
 }
 
+// procsGone is the condition "no rbd-fuse serves mnt".
+func (f *fuseMapper) procsGone(mnt string) func() bool {
+	return func() bool { return len(findProcs(f.sysRoot, "rbd-fuse", mnt)) == 0 }
+}
+
 // killProcs ends the rbd-fuse serving mnt: SIGTERM, then SIGKILL.
 func (f *fuseMapper) killProcs(ctx context.Context, mnt string) error {
-	gone := func() bool { return len(findProcs(f.sysRoot, "rbd-fuse", mnt)) == 0 }
+	gone := f.procsGone(mnt)
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		for _, pid := range findProcs(f.sysRoot, "rbd-fuse", mnt) {
 			_ = syscall.Kill(pid, sig)
