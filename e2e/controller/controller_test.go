@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -424,16 +423,8 @@ func TestDeleteCompletesHalfRemovedImage(t *testing.T) {
 // pool directory, without its header object.
 func (e env) removeHeader(t *testing.T, image string) {
 	t.Helper()
-	out, err := e.c.RBD("info", "--format", "json", e.c.Pool+"/"+image)
-	harness.Must(t, err, "rbd info: %s", out)
-	var info struct {
-		ID string `json:"id"`
-	}
-	harness.Must(t, json.Unmarshal([]byte(out), &info), "rbd info json")
-	rados := exec.Command("rados", "-c", e.c.Conf, "--id", "admin", "-p", e.c.Pool, "rm", "rbd_header."+info.ID)
-	if out, err := rados.CombinedOutput(); err != nil {
-		t.Fatalf("rados rm: %v: %s", err, out)
-	}
+	out, err := e.c.Rados("-p", e.c.Pool, "rm", "rbd_header."+e.imageID(t, image))
+	harness.Must(t, err, "rados rm: %s", out)
 }
 
 // A cluster-map entry naming a RADOS namespace that was never made: the

@@ -42,6 +42,18 @@ func (e env) createFrom(t *testing.T, name string, size int64, src *csi.VolumeCo
 	return resp.Volume, nil
 }
 
+// restoredSnapshot makes prefix-src, its snapshot prefix-snap and the
+// restore prefix-clone, 8 MiB each; the caller deletes them.
+func (e env) restoredSnapshot(t *testing.T, prefix string) (src *csi.Volume, snap *csi.Snapshot, clone *csi.Volume) {
+	t.Helper()
+	src = e.mustCreate(t, prefix+"-src", 8*mib)
+	snap, err := e.snapshot(t, prefix+"-snap", src.VolumeId)
+	harness.Must(t, err, "snapshot")
+	clone, err = e.createFrom(t, prefix+"-clone", 8*mib, fromSnapshot(snap.SnapshotId))
+	harness.Must(t, err, "restore")
+	return src, snap, clone
+}
+
 func fromSnapshot(id string) *csi.VolumeContentSource {
 	return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: id}}}
 }

@@ -100,13 +100,8 @@ func TestPeriodicSweepNeedsNoDelete(t *testing.T) {
 // removal and the source's reclaim. It returns the deleted clone's ID.
 func (e env) crashBeforeReclaim(t *testing.T, prefix string) string {
 	t.Helper()
-	src, err := e.create(t, prefix+"-src", 8*mib)
-	harness.Must(t, err, "create source")
-	snap, err := e.snapshot(t, prefix+"-snap", src.Volume.VolumeId)
-	harness.Must(t, err, "snapshot")
-	clone, err := e.createFrom(t, prefix+"-clone", 8*mib, fromSnapshot(snap.SnapshotId))
-	harness.Must(t, err, "restore")
-	e.delete(t, src.Volume.VolumeId) // hidden: the snapshot needs it
+	src, snap, clone := e.restoredSnapshot(t, prefix)
+	e.delete(t, src.VolumeId) // hidden: the snapshot needs it
 	e.deleteSnapshot(t, snap.SnapshotId)
 	if len(e.hiddenImages(t)) != 1 {
 		t.Fatalf("the deleted source is not kept for its clone: %v", e.c.Images(t))

@@ -97,11 +97,7 @@ func (e env) trashedSnapID(t *testing.T, image string) uint64 {
 // outright, not kept hidden for nothing.
 func TestDeleteVolumeWithCloneLessTrashedSnapshot(t *testing.T) {
 	e := setup(t)
-	src := e.mustCreate(t, "trash-src", 8*mib)
-	snap, err := e.snapshot(t, "trash-snap", src.VolumeId)
-	harness.Must(t, err, "snapshot")
-	clone, err := e.createFrom(t, "trash-clone", 8*mib, fromSnapshot(snap.SnapshotId))
-	harness.Must(t, err, "restore")
+	src, snap, clone := e.restoredSnapshot(t, "trash")
 	e.deleteSnapshot(t, snap.SnapshotId) // trashed: the clone needs it
 	e.detachBehindRBD(t, imageOf(t, src.VolumeId), imageOf(t, clone.VolumeId))
 
@@ -119,11 +115,7 @@ func TestDeleteVolumeWithCloneLessTrashedSnapshot(t *testing.T) {
 // sweep does.
 func TestSweepReclaimsHiddenImageWithCloneLessTrashedSnapshot(t *testing.T) {
 	e := setup(t)
-	src := e.mustCreate(t, "trash-hidden-src", 8*mib)
-	snap, err := e.snapshot(t, "trash-hidden-snap", src.VolumeId)
-	harness.Must(t, err, "snapshot")
-	clone, err := e.createFrom(t, "trash-hidden-clone", 8*mib, fromSnapshot(snap.SnapshotId))
-	harness.Must(t, err, "restore")
+	src, snap, clone := e.restoredSnapshot(t, "trash-hidden")
 	e.delete(t, src.VolumeId)            // hidden: the snapshot needs it
 	e.deleteSnapshot(t, snap.SnapshotId) // trashed: the clone needs it
 	hidden := e.hiddenImages(t)

@@ -34,8 +34,8 @@ type Cluster struct {
 	Namespace string
 }
 
-// nsArgs are the rbd/rados arguments that select the namespace.
-func (c Cluster) nsArgs() []string {
+// NamespaceArgs are the rbd/rados arguments that select the namespace.
+func (c Cluster) NamespaceArgs() []string {
 	if c.Namespace == "" {
 		return nil
 	}
@@ -98,7 +98,7 @@ func (c Cluster) admin(tool string, args ...string) (string, error) {
 // Images lists the images in the test pool.
 func (c Cluster) Images(t testing.TB) []string {
 	t.Helper()
-	out, err := c.RBD(append([]string{"ls", "-p", c.Pool}, c.nsArgs()...)...)
+	out, err := c.RBD(append([]string{"ls", "-p", c.Pool}, c.NamespaceArgs()...)...)
 	if err != nil {
 		t.Fatalf("rbd ls: %v: %s", err, out)
 	}

@@ -19,14 +19,14 @@ func (c Cluster) PoolLeaks() []string {
 	var left []string
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
 		left = left[:0]
-		if out, err := c.RBD(append([]string{"ls", "-p", c.Pool}, c.nsArgs()...)...); err != nil {
+		if out, err := c.RBD(append([]string{"ls", "-p", c.Pool}, c.NamespaceArgs()...)...); err != nil {
 			left = append(left, "rbd ls: "+err.Error())
 		} else {
 			for _, img := range strings.Fields(out) {
 				left = append(left, "image "+img)
 			}
 		}
-		if out, err := c.RBD(append([]string{"trash", "ls", "--all", "-p", c.Pool}, c.nsArgs()...)...); err != nil {
+		if out, err := c.RBD(append([]string{"trash", "ls", "--all", "-p", c.Pool}, c.NamespaceArgs()...)...); err != nil {
 			left = append(left, "rbd trash ls: "+err.Error())
 		} else if strings.TrimSpace(out) != "" {
 			left = append(left, "trash: "+strings.TrimSpace(out))
@@ -78,7 +78,7 @@ func (c Cluster) IndexLeft() []string {
 
 // radosArgs select the cluster, the admin user, the pool and the namespace.
 func (c Cluster) radosArgs() []string {
-	return append([]string{"-c", c.Conf, "--id", "admin", "-p", c.Pool}, c.nsArgs()...)
+	return append([]string{"-c", c.Conf, "--id", "admin", "-p", c.Pool}, c.NamespaceArgs()...)
 }
 
 // CheckPoolAfter runs a package's tests, then fails the run if they left

@@ -121,20 +121,13 @@ func (e *env) expectKeyNowhere() {
 func (e *env) expectImagesGone() {
 	e.t.Helper()
 	images := strings.Fields(strings.Join(e.c.Images(e.t), " "))
-	trash, err := e.c.RBD(append([]string{"trash", "ls", "--all", "-p", e.c.Pool}, nsFlag(e.c)...)...)
+	trash, err := e.c.RBD(append([]string{"trash", "ls", "--all", "-p", e.c.Pool}, e.c.NamespaceArgs()...)...)
 	harness.Must(e.t, err, "rbd trash ls: %s", trash)
 	for _, img := range e.images {
 		if slices.Contains(images, img) || strings.Contains(trash, img) {
 			e.t.Errorf("image %s of a deleted volume is still in pool %s", img, e.c.Pool)
 		}
 	}
-}
-
-func nsFlag(c harness.Cluster) []string {
-	if c.Namespace == "" {
-		return nil
-	}
-	return []string{"--namespace", c.Namespace}
 }
 
 // path returns a path under the test's directory (not created).
