@@ -86,12 +86,21 @@ func (c Cluster) Params(extra ...string) map[string]string {
 // controller never shells out.
 func (c Cluster) RBD(args ...string) (string, error) { return c.admin("rbd", args...) }
 
-// admin runs a Ceph tool as admin, bounded, and returns what it printed.
+// admin runs a Ceph tool as admin, bounded, and returns its standard
+// output. Its standard error goes into the error only: Ceph's clients
+// print warnings there ("monclient: ... no authorizer?") that would
+// otherwise read as output (a trash entry, an image name).
 func (c Cluster) admin(tool string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	full := append([]string{"-c", c.Conf, "--id", "admin"}, args...)
-	out, err := exec.CommandContext(ctx, tool, full...).CombinedOutput()
+	var stderr strings.Builder
+	cmd := exec.CommandContext(ctx, tool, full...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		err = fmt.Errorf("%s %s: %w: %s", tool, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
 	return string(out), err
 }
 

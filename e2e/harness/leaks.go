@@ -1,10 +1,8 @@
 package harness
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -31,13 +29,11 @@ func (c Cluster) PoolLeaks() []string {
 		} else if strings.TrimSpace(out) != "" {
 			left = append(left, "trash: "+strings.TrimSpace(out))
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		out, err := exec.CommandContext(ctx, "rados", append(c.radosArgs(), "ls")...).CombinedOutput()
-		cancel()
+		out, err := c.Rados(append(c.poolArgs(), "ls")...)
 		if err != nil {
 			left = append(left, "rados ls: "+err.Error())
 		}
-		for _, obj := range strings.Fields(string(out)) {
+		for _, obj := range strings.Fields(out) {
 			if obj != "rbdcsi.nodes" && obj != "rbdcsi.snapclaims" && (strings.HasPrefix(obj, "rbdcsi.") || strings.HasPrefix(obj, "rbd_header.") ||
 				strings.HasPrefix(obj, "rbd_data.") || strings.HasPrefix(obj, "rbd_id.")) {
 				left = append(left, "object "+obj)
@@ -58,16 +54,14 @@ func (c Cluster) PoolLeaks() []string {
 func (c Cluster) IndexLeft() []string {
 	var left []string
 	for obj, prefix := range map[string]string{"rbdcsi.nodes": "attach/", "rbdcsi.snapclaims": ""} {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		out, err := exec.CommandContext(ctx, "rados", append(c.radosArgs(), "listomapkeys", obj)...).CombinedOutput()
-		cancel()
+		out, err := c.Rados(append(c.poolArgs(), "listomapkeys", obj)...)
 		if err != nil {
-			if !strings.Contains(string(out), "No such file") {
+			if !strings.Contains(err.Error(), "No such file") {
 				left = append(left, "rados listomapkeys "+obj+": "+err.Error())
 			}
 			continue
 		}
-		for _, k := range strings.Fields(string(out)) {
+		for _, k := range strings.Fields(out) {
 			if strings.HasPrefix(k, prefix) {
 				left = append(left, obj+" entry "+k)
 			}
@@ -76,9 +70,9 @@ func (c Cluster) IndexLeft() []string {
 	return left
 }
 
-// radosArgs select the cluster, the admin user, the pool and the namespace.
-func (c Cluster) radosArgs() []string {
-	return append([]string{"-c", c.Conf, "--id", "admin", "-p", c.Pool}, c.NamespaceArgs()...)
+// poolArgs select the pool and the namespace.
+func (c Cluster) poolArgs() []string {
+	return append([]string{"-p", c.Pool}, c.NamespaceArgs()...)
 }
 
 // CheckPoolAfter runs a package's tests, then fails the run if they left
