@@ -6,10 +6,10 @@ BIN := bin/rbdplugin
 GO_SOURCES := $(shell find cmd internal -name '*.go' 2>/dev/null) go.mod go.sum
 
 # Debian packages: Ceph daemons for the local test cluster, librbd/librados
-# headers for go-ceph, the node's mapping and filesystem tools, shellcheck
-# for `make lint`.
-DEB_PACKAGES := ceph-mon ceph-osd ceph-common librbd-dev librados-dev rbd-fuse rbd-nbd \
-	e2fsprogs xfsprogs util-linux fuse3 kmod gcc pkg-config iproute2 procps shellcheck
+# headers and a C toolchain for go-ceph, the node's mapping and filesystem
+# tools, shellcheck for `make lint`, CA certificates for the Go module proxy.
+DEB_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-base ceph-common librbd-dev librados-dev rbd-fuse rbd-nbd \
+	e2fsprogs xfsprogs util-linux fuse3 kmod gcc libc6-dev pkg-config iproute2 procps uuid-runtime shellcheck ca-certificates
 
 .PHONY: all deps build test unit fuzz integration lint demo clean
 all: build
