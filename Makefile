@@ -8,10 +8,13 @@ GO_SOURCES := $(shell find cmd internal -name '*.go' 2>/dev/null) go.mod go.sum
 # Debian packages: Ceph daemons for the local test cluster, librbd/librados
 # headers and a C toolchain for go-ceph, the node's mapping and filesystem
 # tools, shellcheck for `make lint`, CA certificates for the Go module proxy.
+# scripts/programs.txt lists every program the project runs and the package
+# it comes from; `make lint` checks the two against each other, `make fresh`
+# proves the list on a machine with nothing installed.
 DEB_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-base ceph-common librbd-dev librados-dev rbd-fuse rbd-nbd \
 	e2fsprogs xfsprogs util-linux fuse3 kmod gcc libc6-dev pkg-config iproute2 procps uuid-runtime shellcheck ca-certificates
 
-.PHONY: all deps build test unit fuzz integration lint demo clean
+.PHONY: all deps build test unit fuzz integration lint demo clean fresh
 all: build
 
 deps:
@@ -32,9 +35,10 @@ lint:
 	go vet ./...
 	go vet -tags=pacific,e2e_k8s ./e2e/k8s/
 	shellcheck -x scripts/*.sh .ci/run
+	go run ./scripts/programs check
 
 unit:
-	go test -count=1 ./cmd/... ./internal/... ./deploy/...
+	go test -count=1 ./cmd/... ./internal/... ./deploy/... ./scripts/...
 
 # Integration and conformance run against a real single-node Ceph cluster that
 # scripts/with-cluster.sh boots for the run and always tears down.
@@ -52,6 +56,12 @@ test: lint unit fuzz integration
 
 demo: deps build
 	scripts/with-cluster.sh scripts/demo.sh
+
+# `make demo` on a Debian 12 root with nothing installed but Go and make
+# (scripts/fresh.sh): a clean clone of HEAD in a throwaway overlay on a
+# cached debootstrap minbase, in a chroot in private mount and PID namespaces.
+fresh:
+	scripts/fresh.sh
 
 clean:
 	rm -rf bin results

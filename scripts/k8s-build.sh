@@ -79,7 +79,7 @@ moddir() {
 # plugins, iptables/conntrack (kube-proxy), debootstrap (the plugin image's
 # rootfs), busybox-static (the test pods' image), openssl and curl.
 readonly E2E_PACKAGES=(etcd-server containerd runc containernetworking-plugins iptables conntrack
-	debootstrap busybox-static openssl curl)
+	debootstrap busybox-static openssl curl binutils)
 
 install_packages() {
 	local p missing=()

@@ -76,6 +76,7 @@ func newNode(f flags, clusters *config.ClusterMap, fence node.Fence, fault func(
 		DefaultMounter: nf.defaultMounter,
 		// No systemd scopes: they serve FUSE mount helpers, and the only
 		// FUSE daemon here (rbd-fuse) is started by the plugin itself.
+		// runs: mount umount (k8s.io/mount-utils mounts and unmounts with them)
 		Mounter:           mount.NewWithoutSystemd(""),
 		Runner:            mapper.ExecRunner{Timeout: nf.fsTimeout},
 		StateDir:          nf.stateDir,

@@ -251,6 +251,7 @@ func (b *bench) poolContents(ctx context.Context) ([]string, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// runs: rbd ceph rados
 			o, err := b.c.admin(ctx, cmd.tool, cmd.args...)
 			out[i] = res{cmd.what, o, err}
 		}()

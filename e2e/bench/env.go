@@ -113,6 +113,7 @@ func startPlugin(bin, dir, name string, c cluster, args ...string) (*plugin, err
 	}
 	p.logFile = lf
 	full := append([]string{"--endpoint", "unix://" + p.socket, "--cluster-config", c.ConfigFile, "--metrics-address", addr}, args...)
+	// runs: bin/rbdplugin
 	p.cmd = exec.Command(bin, full...)
 	p.cmd.Stdout, p.cmd.Stderr = lf, lf
 	// Its own process group: a Ctrl-C at the terminal reaches the bench,

@@ -173,6 +173,7 @@ func (p *Plugin) Start() {
 	p.t.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// runs: bin/rbdplugin
 	cmd := exec.Command(Binary(p.t), p.args...)
 	cmd.Stdout, cmd.Stderr = p.logs, p.logs
 	// The cluster's keys are in the test's environment; the plugin gets its

@@ -169,6 +169,7 @@ func startFakeNode(t *testing.T, k *kube) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	// runs: bin/rbdplugin
 	cmd := exec.CommandContext(ctx, k.e.rbdplugin, "--mode=node", "--nodeid="+fakeNode,
 		"--endpoint=unix://"+filepath.Join(dir, "csi.sock"), "--cluster-config="+k.e.clusterConfig,
 		"--state-dir="+filepath.Join(dir, "state"), "--default-mounter=fuse",

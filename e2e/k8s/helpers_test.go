@@ -115,6 +115,7 @@ func (k *kube) run(timeout time.Duration, stdin string, args ...string) (string,
 	if k.ns != "" {
 		full = append([]string{"--namespace", k.ns}, full...)
 	}
+	// runs: $RBDCSI_E2E_CACHE/bin/kubectl (built by scripts/k8s-build.sh)
 	cmd := exec.CommandContext(ctx, k.e.kubectl, full...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

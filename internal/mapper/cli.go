@@ -181,6 +181,7 @@ func (c *rbdCLI) Map(ctx context.Context, req MapRequest) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// runs: rbd-nbd (rbd device map -t nbd starts it)
 	out, err := c.run.Run(ctx, "rbd", c.mapArgs(req, keyFile)...)
 	remove()
 	if err != nil {

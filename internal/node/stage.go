@@ -176,6 +176,7 @@ func (n *Node) mountStaging(ctx context.Context, rec *record, mkfsOptions []stri
 	case format == "":
 		name, args := mkfsArgs(fsType, mkfsOptions, rec.Device)
 		klog.InfoS("formatting empty volume", "volumeID", rec.VolumeID, "device", rec.Device, "command", name, "args", args)
+		// runs: mkfs.ext4 mkfs.xfs (mkfsArgs)
 		if _, err := n.run.Run(ctx, name, args...); err != nil {
 			return fmt.Errorf("formatting volume %s: %w", rec.VolumeID, err)
 		}

@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# rootfs.sh: Debian root filesystems, built once with debootstrap and cached
+# outside the repository, and a way to run a command chrooted into one
+# without leaving anything behind.
+#
+#   rootfs.sh base SUITE      print the path of SUITE's untouched minbase root
+#                             (debootstrap on first use; e.g. bookworm)
+#   rootfs.sh run ROOT CMD... run CMD as root chrooted into ROOT, in private
+#                             mount and PID namespaces (see run_in below)
+#
+# The cache ($RBDCSI_ROOTFS_CACHE, default /var/cache/rbdcsi-rootfs) holds
+# only what debootstrap made: callers that need more install it in a
+# throwaway copy or overlay, so a cached root never carries a project's
+# packages by accident.
+#
+# run's environment:
+#   ROOTFS_BINDS   space-separated SRC:DST[:ro] bind mounts into ROOT
+#   ROOTFS_ENV     space-separated NAME=VALUE for CMD (its whole environment
+#                  besides PATH, HOME, LANG)
+#   ROOTFS_OVERLAY a directory: ROOT is mounted read-only as the lower layer
+#                  of an overlay whose upper layer lives there, so ROOT itself
+#                  is never written
+set -euo pipefail
+
+readonly PROG=${0##*/}
+HERE=$(cd "$(dirname "$0")" && pwd)
+readonly HERE
+readonly CACHE=${RBDCSI_ROOTFS_CACHE:-/var/cache/rbdcsi-rootfs}
+
+log() { echo "$PROG: $*" >&2; }
+die() {
+	log "$*"
+	exit 1
+}
+
+# Packages this script needs on the host.
+readonly ROOTFS_PACKAGES=(debootstrap)
+
+need_packages() {
+	local p missing=()
+	for p in "$@"; do
+		dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+	done
+	((${#missing[@]})) || return 0
+	[[ $(id -u) == 0 ]] || die "missing packages (${missing[*]}); run as root"
+	log "installing: ${missing[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# The Debian mirror apt already uses on this machine (DEBIAN_MIRROR wins).
+debian_mirror() {
+	local m=${DEBIAN_MIRROR:-}
+	if [[ -z $m ]]; then
+		m=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
+			awk '$1 == "deb" || $1 == "URIs:" {for (i = 2; i <= NF; i++) if ($i ~ /^https?:\/\/.*\/debian\/?$/) {print $i; exit}}') || true
+	fi
+	[[ -n $m ]] || die "no Debian mirror found in apt's sources; set DEBIAN_MIRROR"
+	echo "$m"
+}
+
+# base SUITE: debootstrap --variant=minbase once; later calls reuse it. The
+# root is made under a temporary name and renamed when complete, so an
+# interrupted build is never mistaken for a finished one.
+base() {
+	local suite=$1 dir script=() mirror t0
+	[[ $suite =~ ^[a-z]+$ ]] || die "bad suite name: $suite"
+	dir=$CACHE/$suite-minbase
+	if [[ -f $dir/.rootfs-complete ]]; then
+		echo "$dir"
+		return
+	fi
+	need_packages "${ROOTFS_PACKAGES[@]}"
+	mirror=$(debian_mirror)
+	# debootstrap may lack a script for the newest suites: testing's is sid's.
+	[[ -e /usr/share/debootstrap/scripts/$suite ]] || script=(/usr/share/debootstrap/scripts/sid)
+	mkdir -p "$CACHE"
+	rm -rf "$dir" "$dir.tmp"
+	t0=$SECONDS
+	log "debootstrap --variant=minbase $suite ($mirror) into $dir"
+	if ! debootstrap --variant=minbase "$suite" "$dir.tmp" "$mirror" "${script[@]}" >"$CACHE/$suite-debootstrap.log" 2>&1; then
+		tail -5 "$CACHE/$suite-debootstrap.log" >&2
+		rm -rf "$dir.tmp"
+		die "debootstrap $suite failed: see $CACHE/$suite-debootstrap.log"
+	fi
+	echo "$suite minbase from $mirror, $(date -u +%FT%TZ)" >"$dir.tmp/.rootfs-complete"
+	mv "$dir.tmp" "$dir"
+	log "$suite minbase built in $((SECONDS - t0)) s"
+	echo "$dir"
+}
+
+# run ROOT CMD...: the outer half. unshare gives CMD its own mount namespace
+# (every mount below dies with it, never propagating to the host) and its own
+# PID namespace (when CMD ends, the kernel kills whatever it left running).
+run() {
+	local root
+	(($# >= 2)) || die "usage: $PROG run ROOT CMD..."
+	root=$(realpath -e -- "$1") || die "no such root: $1"
+	shift
+	[[ $root != / ]] || die "refusing to chroot into /"
+	[[ $(id -u) == 0 ]] || die "run needs root (namespaces, mounts, chroot)"
+	# If unshare itself is killed, its child (PID 1 inside) gets SIGTERM and
+	# cleans up; unshare ignores INT and TERM while it waits.
+	exec unshare --mount --propagation private --pid --fork --kill-child=SIGTERM -- "$HERE/rootfs.sh" _inner "$root" "$@"
+}
+
+# _inner ROOT CMD...: PID 1 of the new PID namespace. Mounts what a Debian
+# system expects, chroots and runs CMD. On the way out (CMD's end, or SIGTERM,
+# which the outer run turns an interrupt into) it ends what CMD left: loop
+# devices backed by files in the root (they are global: the kernel would keep
+# them, and the files they hold open, after the namespace is gone), then every
+# process. The mounts go with the namespace.
+_inner() {
+	local root=$1 b src dst mode rc=0
+	shift
+	TARGET=$root
+	trap 'reap "$TARGET"' EXIT
+	trap 'exit 143' TERM INT
+	if [[ -n ${ROOTFS_OVERLAY:-} ]]; then
+		mkdir -p "$ROOTFS_OVERLAY/upper" "$ROOTFS_OVERLAY/work" "$ROOTFS_OVERLAY/merged"
+		mount -t overlay overlay -o "lowerdir=$root,upperdir=$ROOTFS_OVERLAY/upper,workdir=$ROOTFS_OVERLAY/work" \
+			"$ROOTFS_OVERLAY/merged"
+		TARGET=$ROOTFS_OVERLAY/merged
+	fi
+	mount -t proc proc "$TARGET/proc"
+	mount --rbind /sys "$TARGET/sys"
+	mount --rbind /dev "$TARGET/dev"
+	mount -t tmpfs -o mode=0755 tmpfs "$TARGET/run"
+	for b in ${ROOTFS_BINDS:-}; do
+		IFS=: read -r src dst mode <<<"$b"
+		mkdir -p "$TARGET$dst"
+		mount --bind "$src" "$TARGET$dst"
+		[[ $mode != ro ]] || mount -o remount,bind,ro "$TARGET$dst"
+	done
+	# In the background and waited for, so a TERM reaches the trap at once.
+	# shellcheck disable=SC2086 # ROOTFS_ENV is a list of NAME=VALUE words.
+	env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 ${ROOTFS_ENV:-} \
+		chroot "$TARGET" "$@" &
+	wait $! || rc=$?
+	return "$rc"
+}
+
+# reap ROOT: unmount the loop-device filesystems under ROOT and detach the
+# loop devices whose backing file lies under ROOT (paths as this namespace
+# sees them, so a host loop device is never touched), while the processes
+# that serve those files (rbd-fuse) still run; then end every other process
+# of this PID namespace.
+reap() {
+	local root=$1 dev back mnt
+	while read -r dev mnt _; do
+		[[ $dev == /dev/loop* && $mnt == "$root"/* ]] || continue
+		log "unmounting $mnt ($dev), left inside the root"
+		umount -l "$mnt" || true
+	done < <(tac /proc/self/mounts)
+	if command -v losetup >/dev/null; then
+		while read -r dev back; do
+			[[ $back == "$root"/* ]] || continue
+			log "detaching $dev (backed by $back), left inside the root"
+			losetup -d "$dev" || true
+		done < <(losetup --list --noheadings --output NAME,BACK-FILE 2>/dev/null)
+	fi
+	kill -TERM -1 2>/dev/null || true
+	# Give daemons a moment to stop cleanly; this shell is PID 1 here.
+	local p others
+	for _ in {1..10}; do
+		others=0
+		for p in "$root"/proc/[0-9]*; do [[ ${p##*/} == 1 ]] || others=1; done
+		((others)) || break
+		sleep 0.5
+	done
+	kill -KILL -1 2>/dev/null || true
+}
+
+case ${1:-} in
+base)
+	(($# == 2)) || die "usage: $PROG base SUITE"
+	base "$2"
+	;;
+run)
+	shift
+	run "$@"
+	;;
+_inner)
+	shift
+	_inner "$@"
+	;;
+*)
+	echo "usage: $PROG base SUITE | run ROOT CMD..." >&2
+	exit 2
+	;;
+esac
