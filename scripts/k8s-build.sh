@@ -15,7 +15,8 @@
 #     plugin (a debootstrap'ed Debian rootfs with build/Dockerfile's runtime
 #     packages plus bin/rbdplugin)
 #
-#   k8s-build.sh [all|deps|kube|sidecars|tools|images|plugin-image]   (default: all)
+#   k8s-build.sh [all|cache|deps|kube|sidecars|tools|images|plugin-image]   (default: all;
+#                cache: all but the plugin image, which needs bin/rbdplugin)
 #
 # Everything lands in $RBDCSI_E2E_CACHE (default /var/cache/rbdcsi-e2e),
 # outside the repository; a second run only rebuilds the plugin image. Each
@@ -381,6 +382,16 @@ main() {
 		build_plugin_image
 		;;
 	plugin-image) build_tools && build_plugin_image ;;
+	cache)
+		# Everything that does not depend on this commit's plugin binary:
+		# CI runs it in the background while the tests run.
+		install_packages
+		build_tools
+		build_kube
+		build_sidecars
+		build_static_images
+		build_rootfs
+		;;
 	deps) install_packages ;;
 	all)
 		install_packages
@@ -391,7 +402,7 @@ main() {
 		build_plugin_image
 		;;
 	*)
-		echo "usage: $PROG [all|deps|kube|sidecars|tools|images|plugin-image]" >&2
+		echo "usage: $PROG [all|cache|deps|kube|sidecars|tools|images|plugin-image]" >&2
 		exit 2
 		;;
 	esac

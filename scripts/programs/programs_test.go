@@ -132,6 +132,7 @@ start() {
 ctl() { command ctl-tool --x "$@"; }
 helper
 timeout -s KILL 5 rbd ls
+nice -n 19 niced --x
 env -i A=b B=c envtool --flag
 start mon ceph-mon -i a
 x=$(grep -c y file)
@@ -156,7 +157,7 @@ ctl
 	if len(probs) != 0 {
 		t.Fatalf("problems: %v", probs)
 	}
-	want := "abs-tool bash ceph-mon ctl-tool envtool env go grep inner-tool lint-tool noted-tool rbd rooted setsid timeout trap-tool unshare unshared vcs-tool"
+	want := "abs-tool bash ceph-mon ctl-tool envtool env go grep inner-tool lint-tool nice niced noted-tool rbd rooted setsid timeout trap-tool unshare unshared vcs-tool"
 	got := programs(uses)
 	wantList := strings.Fields(want)
 	sort.Strings(wantList)

@@ -288,7 +288,7 @@ func (sc *shellScan) peel(src shellSource, args []*syntax.Word, record bool) []*
 				args = args[1:] // the new root, the lock file
 			}
 		case "nice", "ionice", "stdbuf", "xargs", "sudo":
-			args = skipOptions(rest, nil)
+			args = skipOptions(rest, valued[name])
 		case "unshare", "setpriv":
 			args = afterDoubleDash(rest)
 		case "ip":
@@ -313,6 +313,15 @@ func (sc *shellScan) peel(src shellSource, args []*syntax.Word, record bool) []*
 
 // systemPath matches programs run by an absolute path of the system's.
 var systemPath = regexp.MustCompile(`^/(usr/)?s?bin/`)
+
+// valued are the options of wrappers that take a separate value.
+var valued = map[string]map[string]bool{
+	"nice":   words("-n --adjustment"),
+	"ionice": words("-c --class -n --classdata -p --pid"),
+	"stdbuf": words("-i -o -e"),
+	"xargs":  words("-a -d -E -I -L -n -P -s --arg-file --delimiter --max-args --max-procs"),
+	"sudo":   words("-u -g -C -D -h -p -U --user --group"),
+}
 
 func lit(w *syntax.Word) string {
 	s, _ := literal(w)
