@@ -224,11 +224,14 @@ func TestNodeStageIsFenced(t *testing.T) {
 	harness.Must(t, e.publish(t, vol.VolumeId, "node-a", rwo, false), "publish to node-a")
 	wantCode(t, e.stage(t, "node-b", vol, staging["node-b"]), codes.FailedPrecondition, "stage on the node without the attachment")
 	harness.Must(t, e.stage(t, "node-a", vol, staging["node-a"]), "stage on the attached node")
-	e.unstage(t, "node-a", vol, staging["node-a"])
+	harness.Must(t, e.stage(t, "node-a", vol, staging["node-a"]), "repeated stage on the attached node")
 
-	// The move: node-a's stage is refused from now on.
+	// The move, as a force detach makes it: node-a still has the volume
+	// staged, and even its repeated stage is refused from now on.
 	e.unpublish(t, vol.VolumeId, "node-a")
 	harness.Must(t, e.publish(t, vol.VolumeId, "node-b", rwo, false), "publish to node-b")
+	wantCode(t, e.stage(t, "node-a", vol, staging["node-a"]), codes.FailedPrecondition, "repeated stage on the old node, still staged there, after the move")
+	e.unstage(t, "node-a", vol, staging["node-a"])
 	wantCode(t, e.stage(t, "node-a", vol, staging["node-a"]), codes.FailedPrecondition, "stage on the old node after the move")
 	harness.Must(t, e.stage(t, "node-b", vol, staging["node-b"]), "stage on the new node")
 	e.unstage(t, "node-b", vol, staging["node-b"])

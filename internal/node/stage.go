@@ -82,6 +82,23 @@ func (n *Node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequ
 		case !rec.Cap.equal(capSpec) || rec.Mounter != mounterName:
 			return nil, status.Errorf(codes.AlreadyExists, "volume %s is already staged at %s with another capability or mounter", id, staging)
 		}
+	}
+
+	cluster, err := n.clusters.Lookup(vol.ClusterID)
+	if err != nil {
+		return nil, status.Errorf(codes.NotFound, "volume %s: %v (this node's cluster map does not know it)", id, err)
+	}
+	cred, err := config.CredentialsFromSecrets(req.GetSecrets())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	// Also for a volume staged here already: once its attachment moved to
+	// another node (a force detach of this one), a repeated stage must not
+	// answer OK as if this node still owned it.
+	if err := n.checkAttached(ctx, vol, cluster, cred, capSpec.AccessMode); err != nil {
+		return nil, err
+	}
+	if rec != nil {
 		if rec.Staged {
 			intact, err := n.stageIntact(ctx, rec, m)
 			if err != nil {
@@ -94,18 +111,6 @@ func (n *Node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequ
 			// away: stage again on top of the record.
 			klog.InfoS("staged volume lost its mount or mapping; staging it again", "volumeID", id)
 		}
-	}
-
-	cluster, err := n.clusters.Lookup(vol.ClusterID)
-	if err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume %s: %v (this node's cluster map does not know it)", id, err)
-	}
-	cred, err := config.CredentialsFromSecrets(req.GetSecrets())
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	if err := n.checkAttached(ctx, vol, cluster, cred, capSpec.AccessMode); err != nil {
-		return nil, err
 	}
 	if err := m.Supported(ctx); err != nil {
 		return nil, statusFor(err)
