@@ -130,18 +130,44 @@ func (c *rbdCLI) mapArgs(req MapRequest, keyFile string) []string {
 	return append(args, "--image="+req.Image.Name)
 }
 
-// options are the mapOptions, plus ms_mode for krbd when every monitor
-// only speaks msgr2: the kernel client defaults to msgr1 and would not find
-// a monitor at all ("failed to get mon address (possible ms_mode mismatch)").
+// options are the mapOptions, plus for krbd:
+//   - noudev, unless the options say udev or noudev: the node plugin runs in
+//     a container, where udev's events need not reach it and `rbd device map`
+//     would wait for them forever; with noudev rbd watches sysfs itself.
+//   - ms_mode, when every monitor only speaks msgr2: the kernel client
+//     defaults to msgr1 and would not find a monitor at all ("failed to get
+//     mon address (possible ms_mode mismatch)").
 func (c *rbdCLI) options(req MapRequest) string {
-	opts := req.Options
-	if c.name != KRBD || strings.Contains(opts, "ms_mode") || !onlyMsgr2(req.MonHost) {
+	if c.name != KRBD {
+		return req.Options
+	}
+	opts := withUdevDefault(req.Options)
+	if !hasOption(opts, "ms_mode") && onlyMsgr2(req.MonHost) {
+		opts += ",ms_mode=prefer-crc"
+	}
+	return opts
+}
+
+// withUdevDefault adds noudev to krbd options that do not choose.
+func withUdevDefault(opts string) string {
+	if hasOption(opts, "udev") || hasOption(opts, "noudev") {
 		return opts
 	}
-	if opts != "" {
-		opts += ","
+	if opts == "" {
+		return "noudev"
 	}
-	return opts + "ms_mode=prefer-crc"
+	return opts + ",noudev"
+}
+
+// hasOption reports whether a comma-separated option list has key, with or
+// without a value.
+func hasOption(opts, key string) bool {
+	for _, o := range strings.Split(opts, ",") {
+		if k, _, _ := strings.Cut(o, "="); strings.TrimSpace(k) == key {
+			return true
+		}
+	}
+	return false
 }
 
 func onlyMsgr2(monHost string) bool {
@@ -156,6 +182,9 @@ func onlyMsgr2(monHost string) bool {
 
 func (c *rbdCLI) unmapArgs(device, options string) []string {
 	args := append([]string{"device", "unmap"}, c.typeArgs()...)
+	if c.name == KRBD {
+		options = withUdevDefault(options)
+	}
 	if options != "" {
 		args = append(args, "--options="+options)
 	}
@@ -272,12 +301,16 @@ func parseDeviceList(out []byte) ([]Mapped, error) {
 }
 
 // classify adds the sentinel a caller can act on, from the tool's words.
+// A command that ran out of time says nothing about the image, and the
+// tools' complaint about a missing ceph.conf (there is none in the
+// plugin's container) says "(2) No such file or directory" too: neither
+// may pass for a missing image.
 func classify(err error) error {
 	var ce *CmdError
-	if !errors.As(err, &ce) {
+	if !errors.As(err, &ce) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	s := ce.Stderr
+	s := withoutConfigNoise(ce.Stderr)
 	switch {
 	case strings.Contains(s, "(2) No such file or directory"), strings.Contains(s, "image not found"),
 		strings.Contains(s, "error opening image"), strings.Contains(s, "error opening pool"):
@@ -288,6 +321,18 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
+}
+
+// withoutConfigNoise drops the lines the Ceph tools print when they find no
+// configuration file, which every mapping here does.
+func withoutConfigNoise(stderr string) string {
+	var keep []string
+	for _, l := range strings.Split(stderr, "\n") {
+		if !strings.Contains(l, "ceph.conf") && !strings.Contains(l, "parsing config file") && !strings.Contains(l, "did not load config file") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
 }
 
 // unreachable recognises the Ceph tools' words for monitors that do not

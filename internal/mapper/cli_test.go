@@ -3,6 +3,7 @@ package mapper
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,7 +49,7 @@ func TestMapArgs(t *testing.T) {
 	krbd := newCLI(KRBD, CLIOptions{}, nil)
 	got := krbd.mapArgs(req, "/state/keys/key-1")
 	want := []string{"device", "map", "--id=csi-rbd", "--mon-host=v2:10.0.0.1:3300,v2:10.0.0.2:3300",
-		"--keyfile=/state/keys/key-1", "--options=noshare,lock_on_read,ms_mode=prefer-crc", "--read-only",
+		"--keyfile=/state/keys/key-1", "--options=noshare,lock_on_read,noudev,ms_mode=prefer-crc", "--read-only",
 		"--pool=rbd", "--image=csi-vol-1"}
 	if !slices.Equal(got, want) {
 		t.Errorf("krbd map argv:\n got %q\nwant %q", got, want)
@@ -65,20 +66,21 @@ func TestMapArgs(t *testing.T) {
 			}
 		}
 	}
-	// A monitor list that speaks msgr1 needs no ms_mode; an explicit one wins.
+	// A monitor list that speaks msgr1 needs no ms_mode; an explicit one
+	// wins, and so does an explicit udev.
 	req.MonHost, req.Options = "10.0.0.1:6789", ""
-	if args := krbd.mapArgs(req, "/k"); slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--options") }) {
-		t.Errorf("msgr1 monitors got options: %q", args)
+	if args := krbd.mapArgs(req, "/k"); !slices.Contains(args, "--options=noudev") {
+		t.Errorf("msgr1 monitors: want noudev alone, got %q", args)
 	}
-	req.MonHost, req.Options = "v2:10.0.0.1:3300", "ms_mode=secure"
-	if args := krbd.mapArgs(req, "/k"); !slices.Contains(args, "--options=ms_mode=secure") {
-		t.Errorf("explicit ms_mode lost: %q", args)
+	req.MonHost, req.Options = "v2:10.0.0.1:3300", "ms_mode=secure,udev"
+	if args := krbd.mapArgs(req, "/k"); !slices.Contains(args, "--options=ms_mode=secure,udev") {
+		t.Errorf("explicit ms_mode or udev lost: %q", args)
 	}
 	req.Image.Namespace = "tenant-1"
 	if args := krbd.mapArgs(req, "/k"); !slices.Equal(args[len(args)-3:], []string{"--pool=rbd", "--namespace=tenant-1", "--image=csi-vol-1"}) {
 		t.Errorf("namespaced image argv %q", args)
 	}
-	if got := krbd.unmapArgs("/dev/rbd3", "force"); !slices.Equal(got, []string{"device", "unmap", "--options=force", "/dev/rbd3"}) {
+	if got := krbd.unmapArgs("/dev/rbd3", "force"); !slices.Equal(got, []string{"device", "unmap", "--options=force,noudev", "/dev/rbd3"}) {
 		t.Errorf("unmap argv %q", got)
 	}
 	if got := nbd.listArgs(); !slices.Equal(got, []string{"device", "list", "--device-type=nbd", "--format", "json"}) {
@@ -257,12 +259,32 @@ func TestUnmapByImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := run.calls[len(run.calls)-1]
-	if !slices.Equal(last, []string{"rbd", "device", "unmap", "/dev/rbd1"}) {
+	if !slices.Equal(last, []string{"rbd", "device", "unmap", "--options=noudev", "/dev/rbd1"}) {
 		t.Errorf("unmapped %q, want /dev/rbd1 (the image's device)", last)
 	}
 	run.calls = nil
 	img.Name = "gone"
 	if err := m.Unmap(context.Background(), UnmapRequest{Image: img, Device: "/dev/rbd1"}); err != nil || len(run.calls) != 1 {
 		t.Errorf("unmap of an image not mapped: %v, calls %q", err, run.calls)
+	}
+}
+
+// A map that ran out of time, or that only complained about a missing
+// ceph.conf, is not a missing image.
+func TestClassifyIgnoresConfigNoiseAndTimeouts(t *testing.T) {
+	noise := "did not load config file, using default settings.\n" +
+		"2026-11-24T11:35:09.104+0000 7fa72b75c380 -1 Errors while parsing config file!\n" +
+		"2026-11-24T11:35:09.104+0000 7fa72b75c380 -1 can't open ceph.conf: (2) No such file or directory\n"
+	for name, err := range map[string]error{
+		"timeout":      &CmdError{Cmd: "rbd device map", Stderr: noise, Err: fmt.Errorf("%w (after 1m0s)", context.DeadlineExceeded)},
+		"other errors": &CmdError{Cmd: "rbd device map", Stderr: noise + "rbd: sysfs write failed\n", Err: errors.New("exit status 1")},
+	} {
+		if got := classify(err); errors.Is(got, ErrNotFound) {
+			t.Errorf("%s: classified as a missing image: %v", name, got)
+		}
+	}
+	missing := &CmdError{Cmd: "rbd device map", Stderr: noise + "rbd: error opening image x: (2) No such file or directory\n", Err: errors.New("exit status 2")}
+	if got := classify(missing); !errors.Is(got, ErrNotFound) {
+		t.Errorf("a missing image behind config noise: %v, want ErrNotFound", got)
 	}
 }
