@@ -106,12 +106,12 @@ func ParseParams(in map[string]string) (Params, error) {
 	if p.Mounter != "" && !contains(Mounters, p.Mounter) {
 		return Params{}, fmt.Errorf("parameter %s: %.30q is not a mounter (choose one of %s)", ParamMounter, p.Mounter, strings.Join(Mounters, ", "))
 	}
-	if p.MapOptions, err = parseOptionList(ParamMapOptions, in[ParamMapOptions]); err != nil {
-		return Params{}, err
+	for _, k := range []string{ParamMapOptions, ParamUnmapOptions} {
+		if err := checkOptionsParam(k, in[k]); err != nil {
+			return Params{}, err
+		}
 	}
-	if p.UnmapOptions, err = parseOptionList(ParamUnmapOptions, in[ParamUnmapOptions]); err != nil {
-		return Params{}, err
-	}
+	p.MapOptions, p.UnmapOptions = in[ParamMapOptions], in[ParamUnmapOptions]
 	if p.MkfsOptions, err = ParseMkfsOptions(in[ParamMkfsOptions]); err != nil {
 		return Params{}, err
 	}
@@ -155,24 +155,6 @@ func parseFeatures(s string) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// parseOptionList accepts a comma-separated list of rbd map options
-// (key or key=value). The charset keeps an option from smuggling another
-// command-line argument.
-func parseOptionList(name, s string) (string, error) {
-	if s == "" {
-		return "", nil
-	}
-	if len(s) > 512 {
-		return "", fmt.Errorf("parameter %s is longer than 512 bytes", name)
-	}
-	for _, opt := range strings.Split(s, ",") {
-		if opt == "" || strings.HasPrefix(opt, "-") || !safeToken(opt) {
-			return "", fmt.Errorf("parameter %s: option %.40q is not of the form key or key=value", name, opt)
-		}
-	}
-	return s, nil
 }
 
 // ParseMkfsOptions splits the mkfsOptions parameter into arguments for mkfs.

@@ -118,18 +118,28 @@ func (n *Node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequ
 	if err := checkDir(staging); err != nil {
 		return nil, err
 	}
+	// ParseParams checked every mapper's options: these cannot fail for a
+	// known mounter, and report clearly if they ever do.
+	mapOpts, err := config.OptionsFor(config.ParamMapOptions, params.MapOptions, mounterName)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	unmapOpts, err := config.OptionsFor(config.ParamUnmapOptions, params.UnmapOptions, mounterName)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	img := mapper.Image{ClusterID: vol.ClusterID, Pool: vol.Pool, Namespace: cluster.Namespace(), Name: vol.Image}
 	if rec == nil {
 		rec = &record{VolumeID: id, Image: img, Mounter: mounterName, StagingPath: staging, Cap: capSpec}
 	}
-	rec.UnmapOptions, rec.Staged = params.UnmapOptions, false
+	rec.UnmapOptions, rec.Staged = unmapOpts, false
 	// The record goes down before the first change on the node, so that
 	// whatever a crash leaves behind, unstage knows of it.
 	if err := n.store.save(rec); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	if err := n.stage(ctx, rec, m, params, mapper.MapRequest{
-		Image: img, MonHost: cluster.MonHost(), Cred: cred, Options: params.MapOptions, ReadOnly: capSpec.readerOnly(),
+		Image: img, MonHost: cluster.MonHost(), Cred: cred, Options: mapOpts, ReadOnly: capSpec.readerOnly(),
 	}); err != nil {
 		n.undoStage(ctx, rec, m)
 		return nil, statusFor(err)

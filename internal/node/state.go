@@ -25,7 +25,7 @@ type record struct {
 	VolumeID string       `json:"volumeID"`
 	Image    mapper.Image `json:"image"`
 	Mounter  string       `json:"mounter"`
-	// UnmapOptions are the unmapOptions parameter, needed at unstage,
+	// UnmapOptions are the unmapOptions for Mounter, needed at unstage,
 	// which gets no volume context.
 	UnmapOptions string `json:"unmapOptions,omitempty"`
 	// Device is set once mapped; empty means a stage stopped before.
