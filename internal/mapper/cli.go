@@ -210,11 +210,15 @@ func (c *rbdCLI) Map(ctx context.Context, req MapRequest) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	defer remove()
 	// runs: rbd-nbd (rbd device map -t nbd starts it)
 	out, err := c.run.Run(ctx, "rbd", c.mapArgs(req, keyFile)...)
-	remove()
 	if err != nil {
-		return "", redact(classify(fmt.Errorf("%s map %s: %w", c.name, req.Image, err)), req.Cred.Key)
+		err = classify(fmt.Errorf("%s map %s: %w", c.name, req.Image, err))
+		if c.name == NBD && !classified(err) && c.imageMissing(ctx, req, keyFile) {
+			err = fmt.Errorf("%w: %w", ErrNotFound, err)
+		}
+		return "", redact(err, req.Cred.Key)
 	}
 	dev := strings.TrimSpace(string(out))
 	if list, lerr := c.List(ctx); lerr == nil {
@@ -226,6 +230,22 @@ func (c *rbdCLI) Map(ctx context.Context, req MapRequest) (string, error) {
 		return "", fmt.Errorf("%s map %s: no device in the output (%.100q) nor in `rbd device list`", c.name, req.Image, dev)
 	}
 	return dev, nil
+}
+
+// imageMissing asks `rbd info` whether the image exists. rbd-nbd says
+// only "exit status 1" on stderr when it cannot open the image, and a
+// missing volume must be NotFound, not a retried Internal error.
+func (c *rbdCLI) imageMissing(ctx context.Context, req MapRequest, keyFile string) bool {
+	args := []string{"info", "--id=" + req.Cred.ID, "--mon-host=" + req.MonHost, "--keyfile=" + keyFile, "--pool=" + req.Image.Pool}
+	if req.Image.Namespace != "" {
+		args = append(args, "--namespace="+req.Image.Namespace)
+	}
+	_, err := c.run.Run(ctx, "rbd", append(args, "--image="+req.Image.Name)...)
+	return err != nil && errors.Is(classify(err), ErrNotFound)
+}
+
+func classified(err error) bool {
+	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrBusy) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // Unmap unmaps the image's device. The device is looked up by image, never

@@ -288,3 +288,41 @@ func TestClassifyIgnoresConfigNoiseAndTimeouts(t *testing.T) {
 		t.Errorf("a missing image behind config noise: %v, want ErrNotFound", got)
 	}
 }
+
+// rbd-nbd does not say why it failed; the mapper asks `rbd info`, with the
+// key file still there, whether the image is missing.
+func TestNBDMapOfAMissingImage(t *testing.T) {
+	keys, _ := PrepareKeyDir(t.TempDir())
+	for _, exists := range []bool{false, true} {
+		var infoArgs []string
+		run := &fakeRunner{answer: func(argv []string) ([]byte, error) {
+			switch {
+			case slices.Contains(argv, "list"):
+				return nil, nil
+			case slices.Contains(argv, "info"):
+				infoArgs = argv
+				if f := strings.TrimPrefix(argv[4], "--keyfile="); fileMissing(f) {
+					return nil, errors.New("the key file is gone before rbd info")
+				}
+				if exists {
+					return []byte("{}"), nil
+				}
+				return nil, &CmdError{Cmd: "rbd info", Stderr: "rbd: error opening image csi-vol-1: (2) No such file or directory", Err: errors.New("exit status 2")}
+			}
+			return nil, &CmdError{Cmd: "rbd device map", Stderr: "rbd: rbd-nbd failed with error: /usr/bin/rbd-nbd: exit status: 1", Err: errors.New("exit status 22")}
+		}}
+		m := newCLI(NBD, CLIOptions{Runner: run, Keys: keys}, nil)
+		_, err := m.Map(context.Background(), mapReq())
+		if got := errors.Is(err, ErrNotFound); got == exists || infoArgs == nil {
+			t.Errorf("image exists %v: map error %v (NotFound %v), rbd info %q", exists, err, got, infoArgs)
+		}
+		if files, _ := os.ReadDir(string(keys)); len(files) != 0 {
+			t.Errorf("key files left after a failed map: %v", files)
+		}
+	}
+}
+
+func fileMissing(path string) bool {
+	_, err := os.Stat(path)
+	return err != nil
+}
