@@ -160,6 +160,25 @@ func optionNames(m map[string]optionValue) []string {
 	return out
 }
 
+// needFeature are krbd options the kernel refuses (EINVAL, "exclusive-lock
+// feature is not enabled") on an image without that feature.
+var needFeature = map[string]string{"lock_on_read": "exclusive-lock", "exclusive": "exclusive-lock"}
+
+// checkOptionFeatures refuses krbd map options the volume's image features
+// cannot serve, at CreateVolume rather than at every NodeStage.
+func checkOptionFeatures(mapOptions string, features []string) error {
+	opts, err := OptionsFor(ParamMapOptions, mapOptions, "krbd")
+	if err != nil || opts == "" {
+		return err
+	}
+	for _, o := range strings.Split(opts, ",") {
+		if f, ok := needFeature[o]; ok && !contains(features, f) {
+			return fmt.Errorf("parameter %s: krbd option %s needs the image feature %s: add it to %s", ParamMapOptions, o, f, ParamImageFeatures)
+		}
+	}
+	return nil
+}
+
 // checkOptionsParam validates a mapOptions or unmapOptions value at
 // CreateVolume: every mapper's list, and a non-empty list for a mounter
 // the StorageClass does not use is pointless but harmless.

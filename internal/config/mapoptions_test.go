@@ -5,6 +5,13 @@ import (
 	"testing"
 )
 
+func TestOptionsNeedingExclusiveLock(t *testing.T) {
+	in := map[string]string{"clusterID": "c1", "pool": "rbd", "mapOptions": "lock_on_read,exclusive", "imageFeatures": "layering,exclusive-lock"}
+	if _, err := ParseParams(in); err != nil {
+		t.Errorf("lock_on_read and exclusive with exclusive-lock: %v", err)
+	}
+}
+
 func TestOptionsForAllowed(t *testing.T) {
 	for _, tc := range []struct{ param, value, mapper, want string }{
 		{ParamMapOptions, "lock_on_read,queue_depth=1024", "krbd", "lock_on_read,queue_depth=1024"},
@@ -73,6 +80,9 @@ func TestOptionsRefused(t *testing.T) {
 		{ParamMapOptions, "krbd:notrim;krbd:exclusive", "twice"},
 		{ParamMapOptions, strings.Repeat("notrim,", 80), "512"},
 		{ParamUnmapOptions, "krbd:lazy", "lazy"},
+		// The kernel maps these only with the exclusive-lock feature.
+		{ParamMapOptions, "lock_on_read", "exclusive-lock"},
+		{ParamMapOptions, "krbd:exclusive", "exclusive-lock"},
 		{ParamUnmapOptions, "nbd:force", "force"},
 	} {
 		_, err := ParseParams(map[string]string{"clusterID": "c1", "pool": "rbd", tc.param: tc.value})

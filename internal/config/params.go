@@ -112,6 +112,9 @@ func ParseParams(in map[string]string) (Params, error) {
 		}
 	}
 	p.MapOptions, p.UnmapOptions = in[ParamMapOptions], in[ParamUnmapOptions]
+	if err := checkOptionFeatures(p.MapOptions, p.ImageFeatures); err != nil {
+		return Params{}, err
+	}
 	if p.MkfsOptions, err = ParseMkfsOptions(in[ParamMkfsOptions]); err != nil {
 		return Params{}, err
 	}
