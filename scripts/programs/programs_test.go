@@ -171,6 +171,20 @@ ctl
 	}
 }
 
+// A busybox script runs busybox's applets: only busybox itself is used.
+func TestScanShellBusyboxScript(t *testing.T) {
+	root := tree(t, map[string]string{
+		"scripts/init.sh": "#!/bin/busybox sh\nmount -t proc proc /proc\ninsmod /x.ko\nreboot -f\n",
+	})
+	uses, probs, err := ScanShell(root, []string{"scripts/init.sh"}, "")
+	if err != nil || len(probs) != 0 {
+		t.Fatalf("err %v, problems %v", err, probs)
+	}
+	if got := programs(uses); strings.Join(got, " ") != "busybox" {
+		t.Errorf("programs = %v, want busybox alone", got)
+	}
+}
+
 type fakeDpkg struct {
 	owners map[string]string
 	base   map[string]bool
