@@ -9,6 +9,8 @@
 #   ceph-cluster.sh env    DIR   print DIR/env (for eval/source)
 #
 # Environment:
+#   CEPH_ADDR           IPv4 address the daemons bind to and advertise (default 127.0.0.1;
+#                       the kernel-VM test uses a bridge address its guests reach)
 #   CEPH_MON_PORT       mon port (default: first free port from 3300 upward)
 #   CEPH_MEMSTORE_BYTES OSD capacity in bytes (default 8 GiB; memstore allocates on write)
 #   CEPH_WITH_MGR=1     also start a mgr (not needed for RBD; costs ~300 MB RSS)
@@ -24,6 +26,9 @@ readonly CONNECT_TIMEOUT=15
 # A caller's CEPH_ARGS (say --id csi-rbd) would silently change who our admin calls
 # run as; CEPH_CONF is harmless (-c wins).
 unset CEPH_ARGS
+ADDR=${CEPH_ADDR:-127.0.0.1}
+[[ $ADDR =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}$ ]] || { echo "${0##*/}: CEPH_ADDR must be an IPv4 address, not $ADDR" >&2; exit 2; }
+readonly ADDR
 
 usage() {
 	echo "usage: $PROG up|down|status|env DIR" >&2
@@ -241,10 +246,10 @@ write_conf() {
 	cat >"$CONF" <<EOF
 [global]
 fsid = $fsid
-mon_host = v2:127.0.0.1:$port
-# Loopback only, msgr2 only (no legacy v1 port at all).
-public_addr = 127.0.0.1
-cluster_addr = 127.0.0.1
+mon_host = v2:$ADDR:$port
+# One address (loopback unless CEPH_ADDR says otherwise), msgr2 only (no legacy v1 port at all).
+public_addr = $ADDR
+cluster_addr = $ADDR
 ms_bind_msgr1 = false
 ms_bind_msgr2 = true
 ms_bind_ipv6 = false
@@ -378,7 +383,7 @@ cmd_up() {
 	flock -w 120 "$lockfd" || die "could not take $lockfile"
 	port=$(pick_port)
 	write_conf "$fsid" "$port"
-	monmaptool --create --addv a "[v2:127.0.0.1:$port]" --fsid "$fsid" "$DIR/monmap" >/dev/null
+	monmaptool --create --addv a "[v2:$ADDR:$port]" --fsid "$fsid" "$DIR/monmap" >/dev/null
 	ceph-mon -c "$CONF" --mkfs -i a --monmap "$DIR/monmap" --keyring "$DIR/mon.keyring" >"$DIR/log/mon.a.mkfs" 2>&1 ||
 		fail_up "ceph-mon --mkfs"
 	rm -f "$DIR/monmap" "$DIR/mon.keyring"
@@ -391,7 +396,7 @@ cmd_up() {
 		pid_alive "$mon_pid" || fail_up "ceph-mon exited"
 		sleep 0.05
 	done
-	((i < 200)) || fail_up "ceph-mon not listening on 127.0.0.1:$port after 10s"
+	((i < 200)) || fail_up "ceph-mon not listening on $ADDR:$port after 10s"
 	exec {lockfd}>&-
 	unset lockfd
 	trace "mon listening on $port"
@@ -446,7 +451,7 @@ cmd_up() {
 		umask 077
 		{
 			printf 'export CEPH_CONF=%q\n' "$CONF"
-			printf 'export CEPH_MON_HOST=%q\n' "v2:127.0.0.1:$port"
+			printf 'export CEPH_MON_HOST=%q\n' "v2:$ADDR:$port"
 			printf 'export CEPH_FSID=%q\n' "$fsid"
 			printf 'export CEPH_POOL=rbd\n'
 			printf 'export CEPH_ADMIN_KEY=%q\n' "$admin_key"
@@ -457,10 +462,10 @@ cmd_up() {
 		} >"$DIR/env.tmp"
 		mv "$DIR/env.tmp" "$DIR/env"
 	)
-	printf '[{"clusterID": "%s", "monitors": ["v2:127.0.0.1:%s"]}]\n' "$fsid" "$port" >"$DIR/cluster-config.json"
+	printf '[{"clusterID": "%s", "monitors": ["v2:%s:%s"]}]\n' "$fsid" "$ADDR" "$port" >"$DIR/cluster-config.json"
 	chmod 0600 "$DIR"/*.keyring
 
-	echo "up: $DIR mon=v2:127.0.0.1:$port fsid=$fsid in $(awk -v a="$t0" -v b="$(now)" 'BEGIN{printf "%.1f", b-a}')s"
+	echo "up: $DIR mon=v2:$ADDR:$port fsid=$fsid in $(awk -v a="$t0" -v b="$(now)" 'BEGIN{printf "%.1f", b-a}')s"
 }
 
 # --- status / env ---------------------------------------------------------------------
