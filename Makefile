@@ -84,6 +84,17 @@ bench: build
 	go build -o bin/rbdbench ./e2e/bench
 	scripts/with-cluster.sh bin/rbdbench -plugin $(BIN) -out results $(BENCH_FLAGS)
 
+# The node suite on a real kernel (README, "A real kernel"): QEMU guests
+# running Debian's kernel map through krbd and nbd against a real cluster,
+# all inside a network namespace the script makes and removes. The kernel
+# is cached under $(or $(RBDCSI_KERNEL_CACHE),/var/cache/rbdcsi-kernel).
+# KERNEL_TEST_RUN='TestBlock' picks tests; arguments pick mappers:
+# make kernel-test KERNEL_TEST_MAPPERS=krbd.
+KERNEL_TEST_MAPPERS ?= krbd nbd
+.PHONY: kernel-test
+kernel-test: deps build
+	scripts/kernel-test.sh $(KERNEL_TEST_MAPPERS)
+
 # End-to-end on a real single-node Kubernetes v1.37.1 built on this machine
 # (README, "End-to-end on Kubernetes"): builds or reuses Kubernetes, the
 # sidecars and the images under $(or $(RBDCSI_E2E_CACHE),/var/cache/rbdcsi-e2e),

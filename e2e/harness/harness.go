@@ -190,7 +190,7 @@ func (p *Plugin) Start() {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	p.cmd, p.done = cmd, done
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(Slowdown() * 20 * time.Second)
 	for {
 		// The socket file appears at bind, a moment before the listen.
 		if c, err := net.DialTimeout("unix", p.Socket, time.Second); err == nil {
@@ -288,10 +288,22 @@ func (l *lockedBuffer) String() string {
 }
 
 // Ctx is a context bounded like a sidecar's call.
+//
+// Under emulation (make kernel-test runs the node suite in a TCG guest)
+// everything takes several times as long: $RBDCSI_E2E_SLOWDOWN (a whole
+// number, default 1) stretches the deadline.
 func Ctx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), Slowdown()*60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// Slowdown is $RBDCSI_E2E_SLOWDOWN, 1 when unset or not a positive number.
+func Slowdown() time.Duration {
+	if n, err := strconv.Atoi(os.Getenv("RBDCSI_E2E_SLOWDOWN")); err == nil && n > 0 {
+		return time.Duration(n)
+	}
+	return 1
 }
 
 // Must fails the test on err.
@@ -409,10 +421,16 @@ func FilesContaining(dir, secret string) []string {
 	return out
 }
 
-// PauseMonitor stops the monitor (SIGSTOP) until the returned function
-// resumes it; the test's cleanup resumes it in any case.
+// PauseMonitor makes the monitor unreachable until the returned function
+// resumes it; the test's cleanup resumes it in any case. On the machine
+// that runs the cluster the monitor is stopped (SIGSTOP). In the
+// kernel-test guest the monitor runs on the host, so the guest's link
+// ($RBDCSI_E2E_LINK) goes down instead, as a node sees a network outage.
 func PauseMonitor(t testing.TB, c Cluster) (resume func()) {
 	t.Helper()
+	if link := os.Getenv("RBDCSI_E2E_LINK"); link != "" {
+		return cutLink(t, link)
+	}
 	b, err := os.ReadFile(filepath.Join(c.Dir, "pids", "mon.a.pid"))
 	Must(t, err, "mon pid")
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
@@ -434,6 +452,25 @@ func PauseMonitor(t testing.TB, c Cluster) (resume func()) {
 		if !resumed {
 			resumed = true
 			Must(t, syscall.Kill(pid, syscall.SIGCONT), "SIGCONT mon")
+		}
+	}
+	t.Cleanup(resume)
+	return resume
+}
+
+// cutLink takes the network interface down until resume.
+func cutLink(t testing.TB, link string) (resume func()) {
+	t.Helper()
+	setLink := func(state string) {
+		out, err := exec.Command("ip", "link", "set", link, state).CombinedOutput()
+		Must(t, err, "ip link set %s %s: %s", link, state, out)
+	}
+	setLink("down")
+	resumed := false
+	resume = func() {
+		if !resumed {
+			resumed = true
+			setLink("up")
 		}
 	}
 	t.Cleanup(resume)

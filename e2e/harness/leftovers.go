@@ -13,11 +13,14 @@ import (
 // Leftovers is what the node still holds under a directory: mount points
 // (FUSE ones too), loop devices on files there and rbd-fuse processes
 // serving a directory there. Only paths under that directory are looked at,
-// so other users of the machine do not matter.
+// so other users of the machine do not matter. Kernel mappings (krbd, nbd)
+// belong to no directory: all of them count, which holds where the kernel
+// can map at all, in the kernel-test guest that nothing else uses.
 type Leftovers struct {
 	Mounts  []Mount // in mount order: a stacked mount comes after the one below
 	Loops   []Loop
-	RBDFuse []int // live (not zombie) rbd-fuse processes
+	RBDFuse []int    // live (not zombie) rbd-fuse processes
+	Kernel  []string // krbd and nbd devices that are mapped
 }
 
 // Mount is one line of /proc/self/mountinfo.
@@ -40,15 +43,16 @@ type Loop struct {
 // it still returns what the other scans found.
 func FindLeftovers(dir string) (Leftovers, error) {
 	var l Leftovers
-	var errs [3]error
+	var errs [4]error
 	l.Mounts, errs[0] = MountsUnder(dir)
 	l.Loops, errs[1] = LoopsUnder(dir)
 	l.RBDFuse, errs[2] = RBDFuseProcs(dir)
+	l.Kernel, errs[3] = KernelMappings()
 	return l, errors.Join(errs[:]...)
 }
 
 // Empty reports whether nothing is left.
-func (l Leftovers) Empty() bool { return len(l.Mounts)+len(l.Loops)+len(l.RBDFuse) == 0 }
+func (l Leftovers) Empty() bool { return len(l.Mounts)+len(l.Loops)+len(l.RBDFuse)+len(l.Kernel) == 0 }
 
 // Describe lists the leftovers for a test failure or a log.
 func (l Leftovers) Describe() []string {
@@ -62,7 +66,30 @@ func (l Leftovers) Describe() []string {
 	for _, pid := range l.RBDFuse {
 		out = append(out, fmt.Sprintf("rbd-fuse process %d", pid))
 	}
-	return out
+	return append(out, l.Kernel...)
+}
+
+// KernelMappings lists the images mapped through the kernel: krbd devices
+// ("krbd /dev/rbd0 pool/image") and nbd devices that have a server process
+// ("nbd /dev/nbd0 pid 123"; the kernel shows the pid file only while
+// connected). A kernel without rbd or nbd has none.
+func KernelMappings() ([]string, error) {
+	var out []string
+	ids, err := filepath.Glob("/sys/bus/rbd/devices/*")
+	for _, d := range ids {
+		pool, _ := os.ReadFile(filepath.Join(d, "pool"))
+		name, _ := os.ReadFile(filepath.Join(d, "name"))
+		out = append(out, fmt.Sprintf("krbd /dev/rbd%s %s/%s", filepath.Base(d),
+			strings.TrimSpace(string(pool)), strings.TrimSpace(string(name))))
+	}
+	pids, gerr := filepath.Glob("/sys/block/nbd*/pid")
+	for _, p := range pids {
+		pid, rerr := os.ReadFile(p)
+		if rerr == nil {
+			out = append(out, fmt.Sprintf("nbd /dev/%s pid %s", filepath.Base(filepath.Dir(p)), strings.TrimSpace(string(pid))))
+		}
+	}
+	return out, errors.Join(err, gerr)
 }
 
 // MountsUnder lists the mounts at or below dir.

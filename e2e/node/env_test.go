@@ -1,6 +1,8 @@
 // Package node tests the Node service of the real plugin binary on the real
-// local Ceph cluster, with the fuse mounter (this machine has neither krbd
-// nor nbd): real rbd-fuse, loop devices, mkfs, mounts and bind mounts.
+// local Ceph cluster: real mappings, mkfs, mounts and bind mounts. On this
+// machine, whose kernel has neither krbd nor nbd, it maps with the fuse
+// mounter (rbd-fuse and loop devices); scripts/kernel-test.sh runs it again
+// in a VM with a real kernel, once with krbd and once with nbd.
 package node
 
 import (
@@ -56,8 +58,28 @@ type env struct {
 	images []string // of the volumes the test created
 }
 
-// setup starts a plugin serving controller and node, with the fuse mounter
-// by default. Its cleanup, which runs after the volume cleanups the test
+// mounter is the mapper the suite stages with: $RBDCSI_E2E_MOUNTER (krbd or
+// nbd in the kernel-test guest), fuse by default.
+func mounter() string {
+	if m := os.Getenv("RBDCSI_E2E_MOUNTER"); m != "" {
+		return m
+	}
+	return "fuse"
+}
+
+// devicePrefix is how the devices of mounter() are named.
+func devicePrefix() string {
+	switch mounter() {
+	case "krbd":
+		return "/dev/rbd"
+	case "nbd":
+		return "/dev/nbd"
+	}
+	return "/dev/loop"
+}
+
+// setup starts a plugin serving controller and node, with mounter() as the
+// default mounter. Its cleanup, which runs after the volume cleanups the test
 // registers later, asserts that nothing is left on the node or in Ceph.
 func setup(t *testing.T, extraArgs ...string) *env {
 	t.Helper()
@@ -70,8 +92,10 @@ func setupWith(t *testing.T, c harness.Cluster, extraArgs ...string) *env {
 	dir := filepath.Join(root, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
 	harness.Must(t, os.MkdirAll(dir, 0o755), "mkdir")
 	e := &env{t: t, c: c, dir: dir, state: filepath.Join(dir, "state")}
-	args := []string{"--mode", "all", "--nodeid", "test-node", "--default-mounter", "fuse",
-		"--state-dir", e.state, "--controller-secret-dir", harness.WriteControllerSecretDir(t, c), "--v", "4"}
+	args := []string{"--mode", "all", "--nodeid", "test-node", "--default-mounter", mounter(),
+		"--state-dir", e.state, "--controller-secret-dir", harness.WriteControllerSecretDir(t, c), "--v", "4",
+		// Under emulation a map takes several times as long.
+		"--map-timeout", (harness.Slowdown() * time.Minute).String()}
 	e.p = harness.StartPlugin(t, c, append(args, extraArgs...)...)
 	e.cc, e.nc = e.p.Controller(), e.p.Node()
 	t.Cleanup(func() {
@@ -184,6 +208,22 @@ func (e *env) stage(v *csi.Volume, staging string, c *csi.VolumeCapability) {
 	harness.Must(e.t, os.MkdirAll(staging, 0o750), "mkdir staging")
 	_, err := e.nc.NodeStageVolume(harness.Ctx(e.t), e.stageReq(v, staging, c))
 	harness.Must(e.t, err, "NodeStageVolume %s", v.VolumeId)
+	e.t.Cleanup(func() { e.unstage(v, staging) })
+}
+
+// stageRetryingAborted is stage, retrying for up to two minutes while
+// another operation on the volume is still in progress.
+func (e *env) stageRetryingAborted(v *csi.Volume, staging string, c *csi.VolumeCapability) {
+	e.t.Helper()
+	deadline := time.Now().Add(harness.Slowdown() * 2 * time.Minute)
+	for {
+		_, err := e.nc.NodeStageVolume(harness.Ctx(e.t), e.stageReq(v, staging, c))
+		if status.Code(err) != codes.Aborted || time.Now().After(deadline) {
+			harness.Must(e.t, err, "NodeStageVolume %s", v.VolumeId)
+			break
+		}
+		time.Sleep(time.Second)
+	}
 	e.t.Cleanup(func() { e.unstage(v, staging) })
 }
 

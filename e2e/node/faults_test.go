@@ -40,7 +40,10 @@ func TestNodeStageMonitorOutage(t *testing.T) {
 		t.Errorf("a failed stage left: %v", left)
 	}
 	resume()
-	e.stage(v, staging, c)
+	// The failed attempt may still be running in the plugin: a kernel map
+	// waits for the monitor for as long as its mount_timeout. Retry while
+	// the plugin says Aborted, as kubelet does.
+	e.stageRetryingAborted(v, staging, c)
 }
 
 // A plugin killed between mapping and mounting, then restarted: the retried

@@ -41,8 +41,8 @@ func testFilesystem(t *testing.T, fs string, size, grown int64) {
 	e.stage(v, staging, c)
 
 	dev := mountSource(staging)
-	if !strings.HasPrefix(dev, "/dev/loop") {
-		t.Fatalf("staging path is mounted from %q, want a loop device", dev)
+	if want := devicePrefix(); !strings.HasPrefix(dev, want) {
+		t.Fatalf("staging path is mounted from %q, want a %s device (mounter %s)", dev, want, mounter())
 	}
 	if opts := mountOptions(staging); !slices.Contains(opts, "noatime") {
 		t.Errorf("staging mount options %v lack the capability's noatime", opts)

@@ -1,6 +1,12 @@
 package node
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
 	"github.com/rbdcsi/rbdcsi/e2e/harness"
 )
 
@@ -41,10 +47,38 @@ func mountSource(path string) string {
 	return src
 }
 
-// rbdFuseProcs are live (not zombie) rbd-fuse processes with an argument
-// under dir. A failed scan of /proc finds none, which the callers' counts
-// catch.
-func rbdFuseProcs(dir string) []int {
+// mappings are what keeps the suite's images mapped: with fuse, the live
+// rbd-fuse processes with an argument under dir; with krbd and nbd, the
+// kernel's mapped devices. A failed scan finds none, which the callers'
+// counts catch.
+func mappings(dir string) []string {
+	if mounter() != "fuse" {
+		m, _ := harness.KernelMappings()
+		return m
+	}
 	pids, _ := harness.RBDFuseProcs(dir)
-	return pids
+	out := make([]string, len(pids))
+	for i, pid := range pids {
+		out[i] = fmt.Sprintf("rbd-fuse process %d", pid)
+	}
+	return out
+}
+
+// dropMapping takes a mapping away behind the plugin's back, as a reboot
+// does: the loop device of a fuse mapping, the kernel's rbd device, or the
+// nbd device with its rbd-nbd process.
+func dropMapping(t *testing.T, dev string) {
+	t.Helper()
+	var err error
+	switch mounter() {
+	case "fuse":
+		err = exec.Command("losetup", "--detach", dev).Run()
+	case "krbd":
+		id := strings.TrimPrefix(dev, "/dev/rbd")
+		err = os.WriteFile("/sys/bus/rbd/remove_single_major", []byte(id), 0o200)
+	default:
+		// runs: rbd-nbd (rbd device unmap -t nbd ends it)
+		err = exec.Command("rbd", "device", "unmap", "--device-type", "nbd", dev).Run()
+	}
+	harness.Must(t, err, "dropping the %s mapping %s", mounter(), dev)
 }

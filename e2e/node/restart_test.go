@@ -1,7 +1,6 @@
 package node
 
 import (
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -35,8 +34,8 @@ func TestKilledBetweenStageAndUnstage(t *testing.T) {
 	blkSum := writeAt(t, blkTarget, 0, blkData)
 
 	e.p.Kill()
-	if n := len(rbdFuseProcs(e.dir)); n != 2 {
-		t.Fatalf("%d rbd-fuse processes after the plugin was killed, want 2 (the mappings must outlive it)", n)
+	if m := mappings(e.dir); len(m) != 2 {
+		t.Fatalf("after the plugin was killed: mappings %v, want 2 (they must outlive it)", m)
 	}
 	e.p.Start()
 
@@ -102,11 +101,15 @@ func TestConcurrentStage(t *testing.T) {
 	}
 	_, err := e.nc.NodeStageVolume(ctx(t), e.stageReq(v, staging, c))
 	harness.Must(t, err, "stage after the burst")
-	if n := len(rbdFuseProcs(e.dir)); n != 1 {
-		t.Errorf("%d rbd-fuse processes for one volume", n)
+	if m := mappings(e.dir); len(m) != 1 {
+		t.Errorf("mappings %v for one volume", m)
 	}
-	if m := mountsUnder(e.dir); len(m) != 2 { // the FUSE mount and the staging mount
-		t.Errorf("mounts: %v, want the FUSE mount and the staging mount", m)
+	want := 1 // the staging mount, and with fuse the FUSE mount below it
+	if mounter() == "fuse" {
+		want = 2
+	}
+	if m := mountsUnder(e.dir); len(m) != want {
+		t.Errorf("mounts: %v, want %d (the staging mount and any FUSE mount)", m, want)
 	}
 }
 
@@ -127,7 +130,7 @@ func TestStagedVolumeLostOnReboot(t *testing.T) {
 	// "Reboot": the plugin dies and every mount and mapping goes away.
 	e.p.Kill()
 	harness.Must(t, syscall.Unmount(staging, 0), "umount staging")
-	harness.Must(t, exec.Command("losetup", "--detach", dev).Run(), "losetup -d")
+	dropMapping(t, dev)
 	for _, m := range mountsUnder(e.state) {
 		harness.Must(t, syscall.Unmount(strings.Fields(m)[0], 0), "umount %s", m)
 	}

@@ -1,0 +1,59 @@
+package node
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rbdcsi/rbdcsi/e2e/harness"
+)
+
+// TestMapOptions stages a volume whose StorageClass gives per-mapper map
+// options and finds each of the volume's mapper in the mapping itself: in
+// the kernel's view of a krbd device (config_info), or on the command line
+// of the rbd-nbd process serving an nbd device.
+func TestMapOptions(t *testing.T) {
+	want := map[string][]string{
+		"krbd": {"queue_depth=128", "lock_on_read", "alloc_size=131072"},
+		"nbd":  {"--io-timeout", "45", "--try-netlink"},
+	}[mounter()]
+	if want == nil {
+		t.Skipf("the %s mounter takes no map options", mounter())
+	}
+	e := setup(t)
+	c := blockCap(singleWriter)
+	// lock_on_read needs the exclusive-lock feature (the kernel refuses it
+	// without; CreateVolume checks that).
+	v := e.createVolume("map-options", 16*mib, c, "imageFeatures", "layering,exclusive-lock",
+		"mapOptions", "krbd:queue_depth=128,lock_on_read,alloc_size=131072;nbd:io-timeout=45,try-netlink")
+	staging := e.path("staging")
+	e.stage(v, staging, c)
+
+	var got string
+	switch mounter() {
+	case "krbd":
+		infos, _ := filepath.Glob("/sys/bus/rbd/devices/*/config_info")
+		if len(infos) != 1 {
+			t.Fatalf("krbd devices: %v, want one", infos)
+		}
+		b, err := os.ReadFile(infos[0])
+		harness.Must(t, err, "read %s", infos[0])
+		got = string(b)
+	case "nbd":
+		pids, _ := filepath.Glob("/sys/block/nbd*/pid")
+		if len(pids) != 1 {
+			t.Fatalf("connected nbd devices: %v, want one", pids)
+		}
+		pid, err := os.ReadFile(pids[0])
+		harness.Must(t, err, "read %s", pids[0])
+		b, err := os.ReadFile(filepath.Join("/proc", strings.TrimSpace(string(pid)), "cmdline"))
+		harness.Must(t, err, "rbd-nbd's command line")
+		got = strings.ReplaceAll(string(b), "\x00", " ")
+	}
+	for _, w := range want {
+		if !strings.Contains(got, w) {
+			t.Errorf("%s mapping %q lacks %q", mounter(), got, w)
+		}
+	}
+}

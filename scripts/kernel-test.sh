@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# kernel-test.sh (make kernel-test): the node suite (e2e/node) on a real
+# kernel, once with krbd and once with nbd, in QEMU guests running Debian's
+# kernel (scripts/kernel-vm.sh), against a real Ceph cluster.
+#
+# Network rule: everything lives in a network namespace made here. Inside
+# it, a bridge holds the cluster's address (198.18.0.1/24, a range reserved
+# for testing) and one tap device per guest; the guests take 198.18.0.2
+# and up. Each guest has a cluster of its own (another monitor port on the
+# same address): the suites create volumes by fixed names, and two guests
+# sharing a pool would map each other's volumes. No traffic leaves the
+# namespace. Processes enter it with `nsenter --net` only: `ip netns exec`
+# would also give them a mount namespace holding copies of every mount on
+# the host at that moment, and so pin other tests' mounts and loop devices. Everything (guests, cluster,
+# namespace, work directory) is torn down on exit, failure or interrupt.
+#
+#   kernel-test.sh [MAPPER...]    (default: krbd nbd)
+#
+# Environment: KERNEL_TEST_RUN='TestBlock|TestFilesystem' picks tests (go
+# test -run) for every mapper; KERNEL_TEST_FULL=1 runs the whole suite with
+# nbd too (below); KERNEL_TEST_KEEP=1 keeps the work directory (logs).
+set -euo pipefail
+
+readonly PROG=${0##*/}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+readonly ROOT
+readonly NET=198.18.0 LEN=24
+log() { echo "$PROG: $*" >&2; }
+die() {
+	log "$*"
+	exit 1
+}
+
+[[ $(id -u) == 0 ]] || die "run as root (network namespace, tap devices, QEMU)"
+mappers=("$@")
+((${#mappers[@]})) || mappers=(krbd nbd)
+for m in "${mappers[@]}"; do [[ $m == krbd || $m == nbd ]] || die "unknown mapper $m (krbd or nbd)"; done
+[[ -x $ROOT/bin/rbdplugin ]] || die "no bin/rbdplugin: run make build (make kernel-test does)"
+
+t0=$SECONDS
+kdir=$("$ROOT/scripts/kernel-vm.sh" kernel)
+# Under /tmp: the guests mount it at the same path (scripts/vm-init.sh).
+work=$(mktemp -d /tmp/rbdcsi-kt.XXXXXX)
+ns=rbdcsi-kt-$$
+guests=()
+cleanup() {
+	local rc=$? pid
+	trap - EXIT INT TERM
+	((rc != 130 && rc != 143)) || log "interrupted: tearing down"
+	# Each guest leads its own process group: QEMU goes with its script.
+	for pid in "${guests[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+	for pid in "${guests[@]}"; do wait "$pid" 2>/dev/null || true; done
+	for m in "${mappers[@]}"; do
+		"$ROOT/scripts/ceph-cluster.sh" down "$work/cluster-$m" >/dev/null 2>&1 || true
+	done
+	ip netns del "$ns" 2>/dev/null || true
+	if grep -q " $work" /proc/mounts; then
+		log "mounts left under $work; not removing it"
+	elif [[ ${KERNEL_TEST_KEEP:-0} == 1 ]]; then
+		log "kept $work"
+	else
+		rm -rf "$work"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+"$ROOT/scripts/kernel-vm.sh" initramfs "$work/initrd.gz"
+mkdir -p "$work/bin"
+cp "$ROOT/bin/rbdplugin" "$work/bin/"
+(cd "$ROOT" && go test -c -o "$work/bin/node.test" ./e2e/node) || die "building the node suite failed"
+
+ip netns add "$ns"
+ip -n "$ns" link set lo up
+ip -n "$ns" link add br0 type bridge
+ip -n "$ns" addr add "$NET.1/$LEN" dev br0
+ip -n "$ns" link set br0 up
+for m in "${mappers[@]}"; do
+	CEPH_ADDR=$NET.1 CEPH_WITH_MGR=0 nsenter --net="/run/netns/$ns" "$ROOT/scripts/ceph-cluster.sh" up "$work/cluster-$m" >/dev/null
+done
+log "clusters up on $NET.1 in network namespace $ns ($((SECONDS - t0)) s so far)"
+
+# The whole suite takes 25-40 minutes per mapper under TCG on two busy
+# cores, more than CI can give both. krbd, the default mapper, runs all of
+# it; nbd runs what its user-space daemon makes different (mapping, data,
+# growth, a killed plugin, a lost mapping, options, bad input), and leaves
+# what does not depend on the mapper (parallel stages, namespaces and
+# users, snapshots, the monitor outage) to krbd. KERNEL_TEST_FULL=1 runs
+# everything with both.
+readonly NBD_TESTS='TestBlock|TestFilesystem|TestOnlineGrowthUnderWrites|TestKilledBetweenStageAndUnstage|TestStagedVolumeLostOnReboot|TestNodeStageCrashConverges|TestMapOptions|TestBadInput'
+tests() {
+	if [[ -n ${KERNEL_TEST_RUN:-} ]]; then
+		echo "$KERNEL_TEST_RUN"
+	elif [[ $1 == nbd && ${KERNEL_TEST_FULL:-0} != 1 ]]; then
+		echo "^($NBD_TESTS)\$"
+	else
+		echo .
+	fi
+}
+
+# job MAPPER: a guest's run.sh, which runs the node suite with MAPPER
+# against the cluster of that name. The guest's Ceph clients get a tmpfs
+# for their admin sockets: a unix socket cannot live on 9p.
+job() {
+	local dir=$work/$1 cluster=$work/cluster-$1
+	mkdir -p "$dir"
+	cat >"$dir/run.sh" <<EOF
+set -a
+. '$cluster/env'
+set +a
+mount -t tmpfs tmpfs '$cluster/run'
+export RBDPLUGIN='$work/bin/rbdplugin' RBDCSI_E2E_MOUNTER='$1' RBDCSI_E2E_LINK=eth0 RBDCSI_E2E_SLOWDOWN=4
+cd '$dir'
+'$work/bin/node.test' -test.v -test.count=1 -test.timeout=40m -test.run='$(tests "$1")' >'$dir/out' 2>&1
+EOF
+}
+
+# report NAME: one line per top-level test from go test's verbose output.
+report() {
+	awk -v name="$1" '/^--- (PASS|FAIL|SKIP): Test/ {
+		r = $2 == "PASS:" ? "ok" : ($2 == "FAIL:" ? "FAIL" : "skipped")
+		printf "kernel-test: %-5s %-40s %-7s %s\n", name, $3, r, $4
+	}' "$work/$1/out"
+}
+
+n=1
+for m in "${mappers[@]}"; do
+	n=$((n + 1))
+	ip -n "$ns" tuntap add "tap$n" mode tap
+	ip -n "$ns" link set "tap$n" master br0
+	ip -n "$ns" link set "tap$n" up
+	job "$m"
+	log "booting a guest for the node suite with $m"
+	setsid nsenter --net="/run/netns/$ns" "$ROOT/scripts/kernel-vm.sh" boot "$kdir" "$work/initrd.gz" "$NET.$n/$LEN" "tap$n" \
+		"$work/$m" "$work/bin" "$work/cluster-$m" >"$work/$m/console" 2>&1 &
+	guests+=($!)
+done
+
+failed=0
+i=0
+for m in "${mappers[@]}"; do
+	if wait "${guests[$i]}"; then
+		report "$m"
+	else
+		report "$m"
+		log "the node suite with $m failed; its output:"
+		tail -n 60 "$work/$m/out" >&2 2>/dev/null || tail -n 30 "$work/$m/console" >&2
+		failed=1
+	fi
+	i=$((i + 1))
+done
+guests=()
+((failed == 0)) || die "failed after $((SECONDS - t0)) s"
+log "passed in $((SECONDS - t0)) s"
