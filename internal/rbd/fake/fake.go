@@ -36,9 +36,14 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Ceph is one in-memory cluster. It is safe for concurrent use.
+// Ceph is a client of one in-memory cluster. It is safe for concurrent use.
 type Ceph struct {
+	*cluster
 	fault func(string)
+}
+
+// cluster is the state every client of one fake cluster shares.
+type cluster struct {
 	now   func() time.Time
 	avail int64
 
@@ -106,11 +111,20 @@ func New(o Options) *Ceph {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	c := &Ceph{fault: o.Fault, now: o.Now, avail: o.Available, pools: map[string]*pool{}}
+	c := &Ceph{cluster: &cluster{now: o.Now, avail: o.Available, pools: map[string]*pool{}}, fault: o.Fault}
 	for _, p := range o.Pools {
 		c.AddPool(p)
 	}
 	return c
+}
+
+// Client is another client of the same cluster, with a fault hook of its
+// own: a process about to crash beside a healthy one. Nil: no faults.
+func (c *Ceph) Client(fault func(point string)) *Ceph {
+	if fault == nil {
+		fault = func(string) {}
+	}
+	return &Ceph{cluster: c.cluster, fault: fault}
 }
 
 // Ceph is a Backend.
