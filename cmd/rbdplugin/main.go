@@ -207,7 +207,7 @@ func run(ctx context.Context, f flags) error {
 
 // startMetrics serves Prometheus metrics on addr until ctx ends. The
 // returned Metrics feeds them (its interceptor; it is also the
-// metrics.Observer for Ceph operation latency).
+// rbd.Observer for Ceph operation latency).
 func startMetrics(ctx context.Context, addr string) (*metrics.Metrics, error) {
 	reg := metrics.NewRegistry()
 	m, err := metrics.New(reg)
