@@ -22,6 +22,7 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/node"
 	"github.com/rbdcsi/rbdcsi/internal/nodereg"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
+	"github.com/rbdcsi/rbdcsi/internal/rbd/ceph"
 )
 
 // version is set at link time (-ldflags "-X main.version=...").
@@ -140,12 +141,12 @@ func run(ctx context.Context, f flags) error {
 	}
 	checks := []driver.HealthCheck{func(context.Context) error { return clusters.Health() }}
 	var services driver.Services
-	opts := rbd.DefaultOptions()
+	opts := ceph.DefaultOptions()
 	opts.OpTimeout = f.cephTimeout
-	conns := rbd.NewConns(opts)
+	conns := ceph.NewConns(opts)
 	defer conns.Close()
 	fault := crashAt(f.crashAt)
-	backend := rbd.NewBackend(conns, rbd.BackendOptions{Observer: observer, Fault: fault})
+	backend := ceph.NewBackend(conns, ceph.BackendOptions{Observer: observer, Fault: fault})
 
 	if f.mode != "node" {
 		var cred *config.Credentials
@@ -206,7 +207,7 @@ func run(ctx context.Context, f flags) error {
 
 // startMetrics serves Prometheus metrics on addr until ctx ends. The
 // returned Metrics feeds them (its interceptor; it is also the
-// metrics.Observer for Ceph operation latency).
+// rbd.Observer for Ceph operation latency).
 func startMetrics(ctx context.Context, addr string) (*metrics.Metrics, error) {
 	reg := metrics.NewRegistry()
 	m, err := metrics.New(reg)

@@ -75,7 +75,7 @@ type side struct {
 
 // rawSide is the raw limit: what CreateVolume and DeleteVolume must do in
 // Ceph at the least (create the image, set the one metadata key; remove
-// the image), through internal/rbd, the package the plugin uses, in this
+// the image), through internal/rbd/ceph, the package the plugin uses, in this
 // process and on the same pool and user.
 func (b *bench) rawSide(size int64) side {
 	name := func(tag string, i int) (string, string) {

@@ -14,6 +14,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
+	"github.com/rbdcsi/rbdcsi/internal/rbd/ceph"
 )
 
 // ledger remembers everything the bench made that still exists, so that
@@ -53,7 +54,7 @@ func (l *ledger) set(f func()) {
 
 // cleanup unstages, then deletes volumes, snapshots and raw images; it
 // returns what it could not remove.
-func (l *ledger) cleanup(ctx context.Context, c cluster, raw *rbd.Backend, pool rbd.Pool) []string {
+func (l *ledger) cleanup(ctx context.Context, c cluster, raw *ceph.Backend, pool rbd.Pool) []string {
 	l.mu.Lock()
 	staged := make([]stagedVol, 0, len(l.staged))
 	for _, s := range l.staged {

@@ -39,6 +39,7 @@ import (
 	"github.com/rbdcsi/rbdcsi/e2e/harness"
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
+	"github.com/rbdcsi/rbdcsi/internal/rbd/ceph"
 )
 
 type benchConfig struct {
@@ -67,7 +68,7 @@ type bench struct {
 	work  string
 	runID string
 	led   *ledger
-	raw   *rbd.Backend
+	raw   *ceph.Backend
 	pool  rbd.Pool
 	rep   *report
 	start time.Time
@@ -189,10 +190,10 @@ func run(ctx context.Context, cfg benchConfig) int {
 		"parallel_rounds": cfg.parallelRounds, "restore_data_bytes": cfg.restoreData, "restore_rounds": cfg.restoreRounds,
 		"scenarios": keys(cfg.scenarios), "image_features": cfg.imageFeatures,
 	}
-	conns := rbd.NewConns(rbd.DefaultOptions())
+	conns := ceph.NewConns(ceph.DefaultOptions())
 	defer conns.Close()
 	b.rawOps = &rawObserver{ops: opStats{}}
-	b.raw = rbd.NewBackend(conns, rbd.BackendOptions{Observer: b.rawOps})
+	b.raw = ceph.NewBackend(conns, ceph.BackendOptions{Observer: b.rawOps})
 	b.watch = cpuWatch{pids: cephPIDs(c.Dir)}
 	b.watch.pids["bench"] = os.Getpid()
 	b.pool = rbd.Pool{MonHost: c.MonHost, Cred: config.Credentials{ID: c.CSIUser, Key: c.CSIKey}, Name: c.Pool}
@@ -380,16 +381,16 @@ func hostInfo(ctx context.Context, c cluster) map[string]any {
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		fmt.Sscanf(strings.TrimPrefix(strings.SplitN(string(b), "\n", 2)[0], "MemTotal:"), "%d", &memKiB)
 	}
-	ceph := cmd("ceph", "--version")
-	if f := strings.Fields(ceph); len(f) >= 3 {
-		ceph = f[2]
+	cephVersion := cmd("ceph", "--version")
+	if f := strings.Fields(cephVersion); len(f) >= 3 {
+		cephVersion = f[2]
 	}
 	h := map[string]any{
 		"kernel": cmd("uname", "-r"), "cpus": runtime.NumCPU(), "mem_gib": float64(memKiB) / (1 << 20),
-		"ceph": ceph, "go": runtime.Version(), "git": cmd("git", "describe", "--tags", "--always", "--dirty"),
+		"ceph": cephVersion, "go": runtime.Version(), "git": cmd("git", "describe", "--tags", "--always", "--dirty"),
 		"cluster":    "1 mon, 1 memstore OSD, 1 mgr on loopback (scripts/ceph-cluster.sh)",
 		"load_start": loadAvg(),
 	}
-	h["summary"] = fmt.Sprintf("%d CPUs, %.0f GiB, kernel %s, Ceph %s, %s, %s", h["cpus"], h["mem_gib"], h["kernel"], ceph, h["go"], h["git"])
+	h["summary"] = fmt.Sprintf("%d CPUs, %.0f GiB, kernel %s, Ceph %s, %s, %s", h["cpus"], h["mem_gib"], h["kernel"], cephVersion, h["go"], h["git"])
 	return h
 }

@@ -412,19 +412,11 @@ func TestMain(m *testing.M) { os.Exit(harness.CheckPoolAfter(m)) }
 func TestDeleteCompletesHalfRemovedImage(t *testing.T) {
 	e := setup(t)
 	v := e.mustCreate(t, "half-removed", 8*mib)
-	e.removeHeader(t, imageOf(t, v.VolumeId))
+	e.c.RemoveHeader(t, imageOf(t, v.VolumeId))
 	e.delete(t, v.VolumeId)
 	if imgs := e.c.Images(t); len(imgs) != 0 {
 		t.Fatalf("a half-removed image is still listed: %v", imgs)
 	}
-}
-
-// removeHeader leaves an image as an interrupted removal does: listed in the
-// pool directory, without its header object.
-func (e env) removeHeader(t *testing.T, image string) {
-	t.Helper()
-	out, err := e.c.Rados("-p", e.c.Pool, "rm", "rbd_header."+e.imageID(t, image))
-	harness.Must(t, err, "rados rm: %s", out)
 }
 
 // A cluster-map entry naming a RADOS namespace that was never made: the

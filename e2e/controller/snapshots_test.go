@@ -379,12 +379,26 @@ func TestConcurrentCloneDeletesReclaim(t *testing.T) {
 		}
 		e.delete(t, src.Volume.VolumeId)
 		e.deleteSnapshot(t, snap.SnapshotId)
+		// t.FailNow (harness.Must) may only run on the test's goroutine:
+		// the deletes report their errors back to it.
+		errs := make(chan error, len(clones))
 		var wg sync.WaitGroup
 		for _, id := range clones {
 			wg.Add(1)
-			go func() { defer wg.Done(); e.delete(t, id) }()
+			go func() {
+				defer wg.Done()
+				_, err := e.cc.DeleteVolume(harness.Ctx(t), &csi.DeleteVolumeRequest{VolumeId: id, Secrets: e.c.Secrets()})
+				if err != nil {
+					err = fmt.Errorf("DeleteVolume %s: %w", id, err)
+				}
+				errs <- err
+			}()
 		}
 		wg.Wait()
+		close(errs)
+		for err := range errs {
+			harness.Must(t, err, "concurrent clone delete")
+		}
 		e.expectPoolEmpty(t)
 	}
 }

@@ -131,7 +131,7 @@ func TestSweepCompletesHalfRemovedHiddenImage(t *testing.T) {
 	if len(hidden) != 1 {
 		t.Fatalf("the deleted volume is not kept for its snapshot: %v", e.c.Images(t))
 	}
-	e.removeHeader(t, hidden[0])
+	e.c.RemoveHeader(t, hidden[0])
 	unswept.deleteSnapshot(t, snap.SnapshotId)
 	e.expectHiddenStays(t)
 

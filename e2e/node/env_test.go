@@ -113,9 +113,11 @@ func setupWith(t *testing.T, c harness.Cluster, extraArgs ...string) *env {
 	return e
 }
 
-// expectKeyNowhere looks for the CSI user's key where DESIGN.md 9 says it
-// must never be: command lines of running processes, the plugin's log, and
-// any file under the test's paths (the plugin's state included). Process
+// expectKeyNowhere looks for the CSI user's key where it must never be
+// (keys come with each request and never show in logs, errors, visible
+// command lines or files that outlive the call): command lines of running
+// processes, the plugin's log, and any file under the test's paths (the
+// plugin's state included). Process
 // environments are not checked: this test's own environment carries the
 // key (CEPH_CSI_KEY), and every process started from it inherits it.
 func (e *env) expectKeyNowhere() {

@@ -16,33 +16,6 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
-// Backend is the Ceph side the controller needs; internal/rbd implements it.
-type Backend interface {
-	CreateImage(ctx context.Context, p rbd.Pool, name string, spec rbd.ImageSpec) error
-	Stat(ctx context.Context, p rbd.Pool, name string) (rbd.ImageInfo, error)
-	Resize(ctx context.Context, p rbd.Pool, name string, size uint64) error
-	RemoveImage(ctx context.Context, p rbd.Pool, name string) error
-	ListImages(ctx context.Context, p rbd.Pool) ([]string, error)
-	ListPools(ctx context.Context, monHost string, cred config.Credentials) ([]string, error)
-	PoolAvailable(ctx context.Context, p rbd.Pool) (int64, error)
-	PoolFull(ctx context.Context, p rbd.Pool) (bool, error)
-
-	StatFamily(ctx context.Context, p rbd.Pool, name, id string) (rbd.Family, error)
-	CreateSnapshot(ctx context.Context, p rbd.Pool, image, snap string) error
-	RemoveSnapshot(ctx context.Context, p rbd.Pool, imageID, snap string) error
-	Clone(ctx context.Context, parent, child rbd.Pool, name string, spec rbd.CloneSpec) error
-	Flatten(ctx context.Context, p rbd.Pool, name string) error
-	Rename(ctx context.Context, p rbd.Pool, from, to string) error
-	SetMetadata(ctx context.Context, p rbd.Pool, name string, kv map[string]string) error
-	RemoveMetadata(ctx context.Context, p rbd.Pool, name string, keys ...string) error
-	Claim(ctx context.Context, p rbd.Pool, object, value string) (string, error)
-	ClaimHolder(ctx context.Context, p rbd.Pool, object string) (string, bool, error)
-	Unclaim(ctx context.Context, p rbd.Pool, object string) error
-	SetOmap(ctx context.Context, p rbd.Pool, object string, kv map[string]string) error
-	ListOmap(ctx context.Context, p rbd.Pool, object, prefix string) (map[string]string, error)
-	RemoveOmapKeys(ctx context.Context, p rbd.Pool, object string, keys ...string) error
-}
-
 // Clusters resolves a clusterID to its monitors.
 type Clusters interface {
 	Lookup(clusterID string) (config.Cluster, error)
@@ -80,7 +53,8 @@ const (
 
 // Options configure a Controller.
 type Options struct {
-	Backend  Backend
+	// Backend is Ceph: internal/rbd/ceph, or internal/rbd/fake in tests.
+	Backend  rbd.Backend
 	Clusters Clusters
 	// Credentials serve the calls that carry no secrets (ListVolumes,
 	// GetCapacity, ControllerGetVolume). Nil: those are not offered.
@@ -145,7 +119,7 @@ const (
 type Controller struct {
 	csi.UnimplementedControllerServer
 
-	backend   Backend
+	backend   rbd.Backend
 	clusters  Clusters
 	cred      *config.Credentials
 	locks     *lock.Keyed

@@ -1,6 +1,6 @@
 // Package metrics exposes the plugin's Prometheus metrics: one counter,
 // latency histogram and in-flight gauge per CSI method, a latency
-// histogram of Ceph operations fed through the Observer interface, and the
+// histogram of Ceph operations fed through rbd.Observer, and the
 // controller's background work (running tasks, sweeps, what was reclaimed).
 //
 // Nothing here is global: New registers its collectors on the registry it
@@ -20,23 +20,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
+
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
 // Namespace prefixes every metric name.
 const Namespace = "rbdcsi"
 
-// Observer records how long one Ceph operation took. The rbd package can
-// take one (a nil-safe no-op when metrics are off) and call it around each
-// librbd/librados call, e.g. ObserveCephOp("image.create", time.Since(t0), err).
-type Observer interface {
-	ObserveCephOp(op string, took time.Duration, err error)
-}
-
-// Nop is an Observer that records nothing.
-type Nop struct{}
-
-// ObserveCephOp does nothing.
-func (Nop) ObserveCephOp(string, time.Duration, error) {}
+// Metrics is the rbd.Observer the Ceph backend reports each operation to
+// (the interface lives with the storage contract, which has no cgo).
+var _ rbd.Observer = (*Metrics)(nil)
 
 // Metrics holds the plugin's collectors.
 type Metrics struct {
@@ -130,7 +123,7 @@ func (m *Metrics) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	}
 }
 
-// ObserveCephOp records one Ceph operation; Metrics is an Observer.
+// ObserveCephOp records one Ceph operation (rbd.Observer).
 func (m *Metrics) ObserveCephOp(op string, took time.Duration, err error) {
 	m.cephOps.WithLabelValues(op, result(err)).Observe(took.Seconds())
 }

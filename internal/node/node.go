@@ -53,7 +53,8 @@ type Options struct {
 	// CommandTimeout bounds one filesystem command (mkfs of a large
 	// volume is the slowest); 0 means 10 minutes.
 	CommandTimeout time.Duration
-	// StateDir holds the per-volume records (DESIGN.md 7). It must
+	// StateDir holds the per-volume records that let unstage and
+	// unpublish work after a plugin restart, without secrets. It must
 	// survive plugin restarts (a hostPath on the node).
 	StateDir          string
 	MaxVolumesPerNode int64
@@ -154,7 +155,8 @@ func (n *Node) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequ
 	return resp, nil
 }
 
-// lock takes the volume's try-lock or says Aborted at once (DESIGN.md 2).
+// lock takes the volume's try-lock or says Aborted at once: one operation
+// per volume at a time, and a second call never waits behind the first.
 func (n *Node) lock(volumeID string) (func(), error) {
 	release, ok := n.locks.TryLock("vol/" + volumeID)
 	if !ok {

@@ -17,9 +17,10 @@ import (
 // version it does not know rather than guess.
 const recordVersion = 1
 
-// record is what the node keeps per staged volume (DESIGN.md 7): enough to
-// unpublish, unstage, expand and report on the volume without secrets and
-// across plugin restarts. It never holds a key.
+// record is what the node keeps per staged volume, written at stage time
+// so the plugin can restart or be upgraded between stage and unstage:
+// enough to unpublish, unstage, expand and report on the volume without
+// secrets. It never holds a key.
 type record struct {
 	Version  int          `json:"version"`
 	VolumeID string       `json:"volumeID"`

@@ -30,7 +30,7 @@ const Object = "rbdcsi.nodes"
 // hold no "/", so these never clash with a heartbeat key.
 const attachPrefix = "attach/"
 
-// Store is the omap access the registry needs; internal/rbd implements it.
+// Store is the omap access the registry needs; internal/rbd/ceph implements it.
 type Store interface {
 	SetOmap(ctx context.Context, p rbd.Pool, object string, kv map[string]string) error
 	GetOmap(ctx context.Context, p rbd.Pool, object, key string) (string, bool, error)

@@ -2,386 +2,80 @@ package rbd
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"sort"
-	"strings"
-	"time"
-
-	"github.com/ceph/go-ceph/rados"
-	librbd "github.com/ceph/go-ceph/rbd"
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
 )
 
-// Pool addresses one pool of one cluster as one Ceph user.
-type Pool struct {
-	MonHost string
-	Cred    config.Credentials
-	Name    string
-	// Namespace is the RADOS namespace inside the pool ("" = default).
-	Namespace string
-}
+// Backend is what the driver asks of Ceph: images, snapshots, format 2
+// clones, image metadata and small RADOS objects (claims, omap). Every
+// call is bounded by ctx. The errors are this package's sentinels,
+// wrapped; the contract suite (internal/rbd/rbdtest) states each
+// behaviour and runs against both implementations.
+type Backend interface {
+	// CreateImage creates an image and then sets its metadata. An
+	// existing image of that name is ErrExists and stays untouched; a
+	// missing pool is ErrPoolNotFound, a missing RADOS namespace too
+	// (wrapping ErrNamespaceNotFound as well).
+	CreateImage(ctx context.Context, p Pool, name string, spec ImageSpec) error
+	// Stat reads an image's size, ID and metadata; it does not open a
+	// watch, so it never counts as a user of the image.
+	Stat(ctx context.Context, p Pool, name string) (ImageInfo, error)
+	// Resize sets the image size.
+	Resize(ctx context.Context, p Pool, name string, size uint64) error
+	// RemoveImage deletes an image: ErrHasSnapshots while it has
+	// snapshots (or deleted ones clones still need), ErrBusy while a
+	// client has it open, ErrNotFound when it is not there. An image
+	// listed without a header (a removal cut short) is removed.
+	// Removing a clone detaches it from its parent's snapshot, and a
+	// deleted parent snapshot goes with its last clone.
+	RemoveImage(ctx context.Context, p Pool, name string) error
+	// ListImages returns the names of the pool's images, sorted.
+	ListImages(ctx context.Context, p Pool) ([]string, error)
+	// ListPools returns the cluster's pool names, sorted.
+	ListPools(ctx context.Context, monHost string, cred config.Credentials) ([]string, error)
+	// PoolAvailable returns how many bytes can still be written to the pool.
+	PoolAvailable(ctx context.Context, p Pool) (int64, error)
+	// PoolFull reports whether Ceph has marked the pool full.
+	PoolFull(ctx context.Context, p Pool) (bool, error)
 
-// ImageSpec is what an image is created with.
-type ImageSpec struct {
-	Size     uint64
-	Features []string
-	DataPool string
-	// Metadata is set right after the image is created. A crash between the
-	// two leaves an image without it, which callers treat as unfinished.
-	Metadata map[string]string
-}
+	// StatFamily reads an image with its snapshots, parent and watchers,
+	// by name, or by RBD image ID when name is empty.
+	StatFamily(ctx context.Context, p Pool, name, id string) (Family, error)
+	// CreateSnapshot makes a snapshot; an existing one of that name is
+	// ErrExists.
+	CreateSnapshot(ctx context.Context, p Pool, image, snap string) error
+	// RemoveSnapshot deletes a snapshot of the image with the given ID. One
+	// that clones still depend on moves to the RBD trash namespace (it
+	// leaves Snaps and counts in TrashedSnaps) until its last clone goes.
+	RemoveSnapshot(ctx context.Context, p Pool, imageID, snap string) error
+	// Clone makes a format 2 clone of parent's snapshot in child, grows it
+	// to spec.Size if larger, drops the inherited metadata under
+	// spec.DropMetadataPrefix and sets spec.Metadata last.
+	Clone(ctx context.Context, parent, child Pool, name string, spec CloneSpec) error
+	// Flatten copies the parent's data into a clone and detaches it;
+	// ErrInvalid for an image without a parent.
+	Flatten(ctx context.Context, p Pool, name string) error
+	// Rename renames an image: ErrNotFound, or ErrExists for a taken name.
+	Rename(ctx context.Context, p Pool, from, to string) error
+	// SetMetadata sets keys on an existing image.
+	SetMetadata(ctx context.Context, p Pool, name string, kv map[string]string) error
+	// RemoveMetadata removes keys from an image; missing keys are fine.
+	RemoveMetadata(ctx context.Context, p Pool, name string, keys ...string) error
 
-// ImageInfo is what Stat reports.
-type ImageInfo struct {
-	Name     string
-	ID       string
-	Size     uint64
-	Metadata map[string]string
-}
-
-// Observer is told how long each Ceph operation took (internal/metrics
-// implements it; declared here so this package does not import Prometheus).
-type Observer interface {
-	ObserveCephOp(op string, took time.Duration, err error)
-}
-
-// BackendOptions are optional parts of a Backend.
-type BackendOptions struct {
-	// Observer is told how long each Ceph operation took.
-	Observer Observer
-	// Fault, for crash tests only, is called at named points inside
-	// multi-step operations ("CreateImage:created").
-	Fault func(point string)
-}
-
-// Backend runs image operations on cached connections.
-type Backend struct {
-	conns    *Conns
-	observer Observer
-	fault    func(string)
-}
-
-// NewBackend returns a backend over the given connection cache.
-func NewBackend(conns *Conns, o BackendOptions) *Backend {
-	fault := o.Fault
-	if fault == nil {
-		fault = func(string) {}
-	}
-	return &Backend{conns: conns, observer: o.Observer, fault: fault}
-}
-
-func (b *Backend) observe(op string, took time.Duration, err error) {
-	if b.observer != nil {
-		b.observer.ObserveCephOp(op, took, err)
-	}
-}
-
-// withConn runs fn on a cached connection in its own goroutine and returns
-// when fn does or when ctx ends, whichever is first. librados' op timeouts
-// bound how long fn can outlive an abandoned request; the connection
-// reference is released only once fn has returned.
-func (b *Backend) withConn(ctx context.Context, monHost string, cred config.Credentials, op string, fn func(*rados.Conn) error) error {
-	conn, release, err := b.conns.get(ctx, monHost, cred)
-	if err != nil {
-		b.observe(op, 0, err)
-		return err
-	}
-	done := make(chan error, 1)
-	go func() {
-		defer release()
-		start := time.Now()
-		err := fn(conn)
-		b.observe(op, time.Since(start), err)
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return wrapCtx(ctx.Err())
-	}
-}
-
-// withIoctx is withConn with an I/O context on the pool.
-func (b *Backend) withIoctx(ctx context.Context, p Pool, op string, fn func(*rados.IOContext) error) error {
-	return b.withConn(ctx, p.MonHost, p.Cred, op, func(conn *rados.Conn) error {
-		ioctx, err := openIoctx(conn, p)
-		if err != nil {
-			return err
-		}
-		defer ioctx.Destroy()
-		return fn(ioctx)
-	})
-}
-
-// inMissingNamespace names a missing RADOS namespace as the cause of a
-// not-found, when the pool's namespace list says so (a user limited to
-// its namespace may not read that list: then err stays as it is). Only
-// image creation asks: elsewhere a not-found is an answer, not a fault.
-func inMissingNamespace(ioctx *rados.IOContext, p Pool, err error) error {
-	if p.Namespace == "" || !errors.Is(err, ErrNotFound) {
-		return err
-	}
-	ioctx.SetNamespace("")
-	defer ioctx.SetNamespace(p.Namespace)
-	if exists, lerr := librbd.NamespaceExists(ioctx, p.Namespace); lerr != nil || exists {
-		return err
-	}
-	return fmt.Errorf("%w: %w: %q in pool %q (rbd namespace create %s/%s)", ErrPoolNotFound, ErrNamespaceNotFound, p.Namespace, p.Name, p.Name, p.Namespace)
-}
-
-// NewPool is the pool name of a cluster-map entry, in the entry's RADOS
-// namespace, used with cred.
-func NewPool(cluster config.Cluster, cred config.Credentials, name string) Pool {
-	return Pool{MonHost: cluster.MonHost(), Cred: cred, Name: name, Namespace: cluster.Namespace()}
-}
-
-// openIoctx opens the pool, in its RADOS namespace when one is set.
-func openIoctx(conn *rados.Conn, p Pool) (*rados.IOContext, error) {
-	ioctx, err := conn.OpenIOContext(p.Name)
-	if err != nil {
-		if errors.Is(classify(err), ErrNotFound) {
-			return nil, fmt.Errorf("%w: pool %q", ErrPoolNotFound, p.Name)
-		}
-		return nil, fmt.Errorf("opening pool %q: %w", p.Name, classify(err))
-	}
-	ioctx.SetNamespace(p.Namespace)
-	return ioctx, nil
-}
-
-// CreateImage creates an image and sets its metadata. An existing image of
-// that name yields ErrExists and is left untouched.
-func (b *Backend) CreateImage(ctx context.Context, p Pool, name string, spec ImageSpec) error {
-	return b.withIoctx(ctx, p, "CreateImage", func(ioctx *rados.IOContext) error {
-		opts := librbd.NewRbdImageOptions()
-		defer opts.Destroy()
-		fs := librbd.FeatureSetFromNames(spec.Features)
-		if err := opts.SetUint64(librbd.ImageOptionFeatures, uint64(fs)); err != nil {
-			return fmt.Errorf("image features: %w", classify(err))
-		}
-		if spec.DataPool != "" {
-			if err := opts.SetString(librbd.ImageOptionDataPool, spec.DataPool); err != nil {
-				return fmt.Errorf("data pool: %w", classify(err))
-			}
-		}
-		if err := librbd.CreateImage(ioctx, name, spec.Size, opts); err != nil {
-			return inMissingNamespace(ioctx, p, fmt.Errorf("creating image %s/%s: %w", p.Name, name, classify(err)))
-		}
-		b.fault("CreateImage:created")
-		return setMetadata(ioctx, name, spec.Metadata)
-	})
-}
-
-func setMetadata(ioctx *rados.IOContext, name string, kv map[string]string) error {
-	if len(kv) == 0 {
-		return nil
-	}
-	img, err := librbd.OpenImage(ioctx, name, librbd.NoSnapshot)
-	if err != nil {
-		return fmt.Errorf("opening image %s: %w", name, classify(err))
-	}
-	defer img.Close()
-	for _, k := range sortedKeys(kv) {
-		if err := img.SetMetadata(k, kv[k]); err != nil {
-			return fmt.Errorf("setting metadata %s on image %s: %w", k, name, classify(err))
-		}
-	}
-	return nil
-}
-
-// SetMetadata sets keys on an existing image.
-func (b *Backend) SetMetadata(ctx context.Context, p Pool, name string, kv map[string]string) error {
-	return b.withIoctx(ctx, p, "SetMetadata", func(ioctx *rados.IOContext) error {
-		return setMetadata(ioctx, name, kv)
-	})
-}
-
-// Stat reads an image's size, ID and metadata without registering a watch.
-func (b *Backend) Stat(ctx context.Context, p Pool, name string) (ImageInfo, error) {
-	var info ImageInfo
-	err := b.withIoctx(ctx, p, "Stat", func(ioctx *rados.IOContext) error {
-		img, err := librbd.OpenImageReadOnly(ioctx, name, librbd.NoSnapshot)
-		if err != nil {
-			return fmt.Errorf("opening image %s/%s: %w", p.Name, name, classify(err))
-		}
-		defer img.Close()
-		info.Name = name
-		if info.Size, err = img.GetSize(); err != nil {
-			return fmt.Errorf("size of image %s: %w", name, classify(err))
-		}
-		if info.ID, err = img.GetId(); err != nil {
-			return fmt.Errorf("id of image %s: %w", name, classify(err))
-		}
-		if info.Metadata, err = img.ListMetadata(); err != nil {
-			return fmt.Errorf("metadata of image %s: %w", name, classify(err))
-		}
-		return nil
-	})
-	return info, err
-}
-
-// Resize sets the image size.
-func (b *Backend) Resize(ctx context.Context, p Pool, name string, size uint64) error {
-	return b.withIoctx(ctx, p, "Resize", func(ioctx *rados.IOContext) error {
-		img, err := librbd.OpenImage(ioctx, name, librbd.NoSnapshot)
-		if err != nil {
-			return fmt.Errorf("opening image %s/%s: %w", p.Name, name, classify(err))
-		}
-		defer img.Close()
-		if err := img.Resize(size); err != nil {
-			return fmt.Errorf("resizing image %s/%s: %w", p.Name, name, classify(err))
-		}
-		return nil
-	})
-}
-
-// RemoveImage deletes an image. It fails with ErrBusy while a client has
-// the image open (mapped on a node) and with ErrHasSnapshots while it has
-// snapshots.
-func (b *Backend) RemoveImage(ctx context.Context, p Pool, name string) error {
-	return b.withIoctx(ctx, p, "RemoveImage", func(ioctx *rados.IOContext) error {
-		if err := librbd.RemoveImage(ioctx, name); err != nil {
-			return fmt.Errorf("removing image %s/%s: %w", p.Name, name, classify(err))
-		}
-		return nil
-	})
-}
-
-// ListImages returns the names of the pool's images, sorted.
-func (b *Backend) ListImages(ctx context.Context, p Pool) ([]string, error) {
-	var names []string
-	err := b.withIoctx(ctx, p, "ListImages", func(ioctx *rados.IOContext) error {
-		var err error
-		names, err = librbd.GetImageNames(ioctx)
-		if err != nil {
-			return fmt.Errorf("listing images of pool %s: %w", p.Name, classify(err))
-		}
-		sort.Strings(names)
-		return nil
-	})
-	return names, err
-}
-
-// PoolAvailable returns how many bytes can still be written to the pool, as
-// `ceph df detail` reports it: max_avail (which accounts for replication
-// and the fullest OSD), capped by the pool's byte quota. The statistics
-// come from the ceph-mgr; without one Ceph has none to give.
-func (b *Backend) PoolAvailable(ctx context.Context, p Pool) (int64, error) {
-	var avail int64
-	err := b.withConn(ctx, p.MonHost, p.Cred, "PoolAvailable", func(conn *rados.Conn) error {
-		var err error
-		avail, err = poolAvailable(conn, p.Name)
-		return err
-	})
-	return avail, err
-}
-
-// ListPools returns the cluster's pool names.
-func (b *Backend) ListPools(ctx context.Context, monHost string, cred config.Credentials) ([]string, error) {
-	var pools []string
-	err := b.withConn(ctx, monHost, cred, "ListPools", func(conn *rados.Conn) error {
-		var err error
-		if pools, err = conn.ListPools(); err != nil {
-			return fmt.Errorf("listing pools: %w", classify(err))
-		}
-		sort.Strings(pools)
-		return nil
-	})
-	return pools, err
-}
-
-func poolAvailable(conn *rados.Conn, pool string) (int64, error) {
-	out, status, err := conn.MonCommand([]byte(`{"prefix":"df","detail":"detail","format":"json"}`))
-	if err != nil {
-		return 0, fmt.Errorf("ceph df: %s: %w", status, classify(err))
-	}
-	var df struct {
-		Pools []struct {
-			Name  string `json:"name"`
-			Stats struct {
-				MaxAvail   int64 `json:"max_avail"`
-				QuotaBytes int64 `json:"quota_bytes"`
-				Stored     int64 `json:"stored"`
-			} `json:"stats"`
-		} `json:"pools"`
-	}
-	if err := json.Unmarshal(out, &df); err != nil {
-		return 0, fmt.Errorf("parsing ceph df: %w", err)
-	}
-	for _, p := range df.Pools {
-		if p.Name != pool {
-			continue
-		}
-		avail := p.Stats.MaxAvail
-		if q := p.Stats.QuotaBytes; q > 0 {
-			avail = max(0, min(avail, q-p.Stats.Stored))
-		}
-		return avail, nil
-	}
-	if len(df.Pools) == 0 {
-		if _, err := conn.GetPoolByName(pool); err == nil {
-			return 0, fmt.Errorf("%w: Ceph reports no pool statistics (is a ceph-mgr running?)", ErrUnavailable)
-		}
-	}
-	return 0, fmt.Errorf("%w: pool %q", ErrPoolNotFound, pool)
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-// RemoveMetadata removes keys from an image; missing keys are fine.
-func (b *Backend) RemoveMetadata(ctx context.Context, p Pool, name string, keys ...string) error {
-	return b.withIoctx(ctx, p, "RemoveMetadata", func(ioctx *rados.IOContext) error {
-		img, err := librbd.OpenImage(ioctx, name, librbd.NoSnapshot)
-		if err != nil {
-			return fmt.Errorf("opening image %s/%s: %w", p.Name, name, classify(err))
-		}
-		defer img.Close()
-		for _, k := range keys {
-			if err := classify(img.RemoveMetadata(k)); err != nil && !errors.Is(err, ErrNotFound) {
-				return fmt.Errorf("removing metadata %s of image %s: %w", k, name, err)
-			}
-		}
-		return nil
-	})
-}
-
-// PoolFull reports whether Ceph has marked the pool full (its quota is
-// reached, or an OSD it maps to is full). Writes to a full pool wait instead
-// of failing, so callers ask this when a write timed out.
-func (b *Backend) PoolFull(ctx context.Context, p Pool) (bool, error) {
-	var full bool
-	err := b.withConn(ctx, p.MonHost, p.Cred, "PoolFull", func(conn *rados.Conn) error {
-		out, status, err := conn.MonCommand([]byte(`{"prefix":"osd dump","format":"json"}`))
-		if err != nil {
-			return fmt.Errorf("osd dump: %s: %w", status, classify(err))
-		}
-		var dump struct {
-			Pools []struct {
-				Name  string `json:"pool_name"`
-				Flags string `json:"flags_names"`
-			} `json:"pools"`
-		}
-		if err := json.Unmarshal(out, &dump); err != nil {
-			return fmt.Errorf("parsing osd dump: %w", err)
-		}
-		for _, pl := range dump.Pools {
-			if pl.Name == p.Name {
-				for _, f := range strings.Split(pl.Flags, ",") {
-					full = full || f == "full" || f == "full_quota"
-				}
-			}
-		}
-		return nil
-	})
-	return full, err
+	// Claim creates the RADOS object holding value, exclusively: the first
+	// claim wins, and every claim returns the value that holds it.
+	Claim(ctx context.Context, p Pool, object, value string) (string, error)
+	// ClaimHolder reads a claim; ok is false when there is none.
+	ClaimHolder(ctx context.Context, p Pool, object string) (holder string, ok bool, err error)
+	// Unclaim removes a claim object; a missing one is fine.
+	Unclaim(ctx context.Context, p Pool, object string) error
+	// SetOmap sets keys on a RADOS object's omap, creating the object.
+	SetOmap(ctx context.Context, p Pool, object string, kv map[string]string) error
+	// GetOmap reads one key; ok is false when the key or object is missing.
+	GetOmap(ctx context.Context, p Pool, object, key string) (value string, ok bool, err error)
+	// RemoveOmapKeys removes keys; missing keys or object are fine.
+	RemoveOmapKeys(ctx context.Context, p Pool, object string, keys ...string) error
+	// ListOmap reads the keys that start with prefix; a missing object
+	// has none.
+	ListOmap(ctx context.Context, p Pool, object, prefix string) (map[string]string, error)
 }

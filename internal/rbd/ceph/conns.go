@@ -1,7 +1,9 @@
-// Package rbd is the only package that talks to Ceph through go-ceph:
-// cached cluster connections, images, snapshots and metadata. Every call is
-// bounded by the caller's context and by librados' own op timeouts.
-package rbd
+// Package ceph implements the storage contract (internal/rbd.Backend) on
+// Ceph through go-ceph, the only package that links librbd and librados:
+// cached cluster connections, images, snapshots, clones, metadata and
+// RADOS objects. Every call is bounded by the caller's context and by
+// librados' own op timeouts.
+package ceph
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package rbd
+package ceph
 
 import (
 	"context"
@@ -10,42 +10,14 @@ import (
 
 	"github.com/ceph/go-ceph/rados"
 	librbd "github.com/ceph/go-ceph/rbd"
+
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
-
-// SnapInfo describes one snapshot of an image (user namespace only).
-type SnapInfo struct {
-	Name    string
-	Size    uint64
-	Created time.Time
-}
-
-// Parent names the snapshot a clone was made from.
-type Parent struct {
-	Pool, Image, ImageID, Snap string
-	// Trash is set when the parent image is in the RBD trash.
-	Trash bool
-}
-
-// Family is an image with what ties it to others: its snapshots, its
-// parent (for a clone) and how many clients have it open.
-type Family struct {
-	ImageInfo
-	Snaps []SnapInfo
-	// Snapshots the user deleted while clones still depended on them
-	// (the RBD trash snapshot namespace) that a clone still needs. RBD
-	// removes such a snapshot with its last clone, except when two clones
-	// detach at once; one left without clones is not counted, and RBD
-	// removes it with the image.
-	TrashedSnaps int
-	Parent       *Parent
-	Watchers     int
-	Created      time.Time
-}
 
 // StatFamily reads an image's snapshots, parent and watchers. The image is
 // named by name, or by RBD image ID when name is empty.
-func (b *Backend) StatFamily(ctx context.Context, p Pool, name, id string) (Family, error) {
-	var f Family
+func (b *Backend) StatFamily(ctx context.Context, p rbd.Pool, name, id string) (rbd.Family, error) {
+	var f rbd.Family
 	err := b.withIoctx(ctx, p, "StatFamily", func(ioctx *rados.IOContext) error {
 		img, err := openRO(ioctx, name, id)
 		if err != nil {
@@ -92,14 +64,14 @@ func (b *Backend) StatFamily(ctx context.Context, p Pool, name, id string) (Fami
 			if err != nil {
 				return fmt.Errorf("snapshot time of %s@%s: %w", name, s.Name, classify(err))
 			}
-			f.Snaps = append(f.Snaps, SnapInfo{Name: s.Name, Size: s.Size, Created: time.Unix(ts.Sec, ts.Nsec)})
+			f.Snaps = append(f.Snaps, rbd.SnapInfo{Name: s.Name, Size: s.Size, Created: time.Unix(ts.Sec, ts.Nsec)})
 		}
 		parent, err := img.GetParent()
 		switch {
 		case err == nil:
-			f.Parent = &Parent{Pool: parent.Image.PoolName, Image: parent.Image.ImageName, ImageID: parent.Image.ImageID,
+			f.Parent = &rbd.Parent{Pool: parent.Image.PoolName, Image: parent.Image.ImageName, ImageID: parent.Image.ImageID,
 				Snap: parent.Snap.SnapName, Trash: parent.Image.Trash}
-		case !errors.Is(classify(err), ErrNotFound):
+		case !errors.Is(classify(err), rbd.ErrNotFound):
 			return fmt.Errorf("parent of image %s: %w", name, classify(err))
 		}
 		watchers, err := img.ListWatchers()
@@ -154,13 +126,13 @@ func nameByID(ioctx *rados.IOContext, id string) (string, error) {
 	}
 	v, ok := vals["id_"+id]
 	if !ok || len(v) < 4 || int(binary.LittleEndian.Uint32(v)) != len(v)-4 {
-		return "", fmt.Errorf("%w: image id %s is in no directory entry (in the trash?)", ErrNotFound, id)
+		return "", fmt.Errorf("%w: image id %s is in no directory entry (in the trash?)", rbd.ErrNotFound, id)
 	}
 	return string(v[4:]), nil
 }
 
-// CreateSnapshot makes a snapshot; an existing one of that name is ErrExists.
-func (b *Backend) CreateSnapshot(ctx context.Context, p Pool, image, snap string) error {
+// CreateSnapshot makes a snapshot; an existing one of that name is rbd.ErrExists.
+func (b *Backend) CreateSnapshot(ctx context.Context, p rbd.Pool, image, snap string) error {
 	return b.withIoctx(ctx, p, "CreateSnapshot", func(ioctx *rados.IOContext) error {
 		img, err := librbd.OpenImage(ioctx, image, librbd.NoSnapshot)
 		if err != nil {
@@ -177,7 +149,7 @@ func (b *Backend) CreateSnapshot(ctx context.Context, p Pool, image, snap string
 // RemoveSnapshot deletes a snapshot of the image with the given RBD ID. A
 // snapshot that clones still depend on moves to the RBD trash namespace
 // and disappears with its last clone (clone format 2).
-func (b *Backend) RemoveSnapshot(ctx context.Context, p Pool, imageID, snap string) error {
+func (b *Backend) RemoveSnapshot(ctx context.Context, p rbd.Pool, imageID, snap string) error {
 	return b.withIoctx(ctx, p, "RemoveSnapshot", func(ioctx *rados.IOContext) error {
 		img, err := librbd.OpenImageById(ioctx, imageID, librbd.NoSnapshot)
 		if err != nil {
@@ -191,19 +163,10 @@ func (b *Backend) RemoveSnapshot(ctx context.Context, p Pool, imageID, snap stri
 	})
 }
 
-// CloneSpec is a copy-on-write child of a parent image's snapshot.
-type CloneSpec struct {
-	ParentImage, ParentSnap string
-	// DropMetadataPrefix: librbd copies the parent's metadata into a clone;
-	// keys with this prefix are the parent's own bookkeeping and removed.
-	DropMetadataPrefix string
-	ImageSpec
-}
-
 // Clone makes a format 2 clone (no snapshot protection needed), grows it to
 // spec.Size if that is larger than the parent snapshot, and sets its
 // metadata last, so a clone without metadata is unfinished.
-func (b *Backend) Clone(ctx context.Context, parent, child Pool, name string, spec CloneSpec) error {
+func (b *Backend) Clone(ctx context.Context, parent, child rbd.Pool, name string, spec rbd.CloneSpec) error {
 	return b.withIoctx(ctx, child, "Clone", func(cio *rados.IOContext) error {
 		conn, release, err := b.conns.get(ctx, parent.MonHost, parent.Cred)
 		if err != nil {
@@ -269,7 +232,7 @@ func (b *Backend) Clone(ctx context.Context, parent, child Pool, name string, sp
 }
 
 // Flatten copies the parent's data into a clone so it stands alone.
-func (b *Backend) Flatten(ctx context.Context, p Pool, name string) error {
+func (b *Backend) Flatten(ctx context.Context, p rbd.Pool, name string) error {
 	return b.withIoctx(ctx, p, "Flatten", func(ioctx *rados.IOContext) error {
 		img, err := librbd.OpenImage(ioctx, name, librbd.NoSnapshot)
 		if err != nil {
@@ -284,68 +247,11 @@ func (b *Backend) Flatten(ctx context.Context, p Pool, name string) error {
 }
 
 // Rename renames an image.
-func (b *Backend) Rename(ctx context.Context, p Pool, from, to string) error {
+func (b *Backend) Rename(ctx context.Context, p rbd.Pool, from, to string) error {
 	return b.withIoctx(ctx, p, "Rename", func(ioctx *rados.IOContext) error {
 		if err := librbd.GetImage(ioctx, from).Rename(to); err != nil {
 			return fmt.Errorf("renaming %s/%s to %s: %w", p.Name, from, to, classify(err))
 		}
 		return nil
 	})
-}
-
-// Claim records a name -> value claim in a small RADOS object of its own,
-// created exclusively: the first claim wins and later ones read it back.
-// It returns the value that holds the claim.
-func (b *Backend) Claim(ctx context.Context, p Pool, object, value string) (string, error) {
-	var holder string
-	err := b.withIoctx(ctx, p, "Claim", func(ioctx *rados.IOContext) error {
-		op := rados.CreateWriteOp()
-		defer op.Release()
-		op.Create(rados.CreateExclusive)
-		op.WriteFull([]byte(value))
-		err := classify(op.Operate(ioctx, object, rados.OperationNoFlag))
-		if err == nil {
-			holder = value
-			return nil
-		}
-		if !errors.Is(err, ErrExists) {
-			return fmt.Errorf("claiming %s: %w", object, err)
-		}
-		buf := make([]byte, 256)
-		n, err := ioctx.Read(object, buf, 0)
-		if err != nil {
-			return fmt.Errorf("reading claim %s: %w", object, classify(err))
-		}
-		holder = string(buf[:n])
-		return nil
-	})
-	return holder, err
-}
-
-// Unclaim removes a claim object; a missing one is fine.
-func (b *Backend) Unclaim(ctx context.Context, p Pool, object string) error {
-	return b.withIoctx(ctx, p, "Unclaim", func(ioctx *rados.IOContext) error {
-		if err := classify(ioctx.Delete(object)); err != nil && !errors.Is(err, ErrNotFound) {
-			return fmt.Errorf("removing claim %s: %w", object, err)
-		}
-		return nil
-	})
-}
-
-// ClaimHolder reads the value holding a claim; ok is false when there is
-// no claim.
-func (b *Backend) ClaimHolder(ctx context.Context, p Pool, object string) (holder string, ok bool, err error) {
-	err = b.withIoctx(ctx, p, "ClaimHolder", func(ioctx *rados.IOContext) error {
-		buf := make([]byte, 256)
-		n, err := ioctx.Read(object, buf, 0)
-		if err = classify(err); errors.Is(err, ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reading claim %s: %w", object, err)
-		}
-		holder, ok = string(buf[:n]), true
-		return nil
-	})
-	return holder, ok, err
 }

@@ -1,0 +1,255 @@
+// Package fake is an in-memory Ceph that implements the storage contract
+// (internal/rbd.Backend) the way RBD does: images in a pool directory,
+// snapshots in the user and trash namespaces, format 2 clones linked to
+// their parent's snapshot, image metadata, and RADOS objects with data and
+// omap. It keeps no image data. The contract suite (internal/rbd/rbdtest)
+// runs against it and against real Ceph, so the two cannot drift apart.
+//
+// Beyond the contract it offers hooks that make the states a crash or
+// another client leaves (Watch, RemoveHeader, DetachBehind, SetFull),
+// for tests of the code above it.
+package fake
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
+)
+
+// Options configure a Ceph.
+type Options struct {
+	// Pools that exist, each with its default RBD namespace. Default: "rbd".
+	Pools []string
+	// Available is what PoolAvailable reports. Default: 100 GiB.
+	Available int64
+	// Fault is called at the same named points as the real backend's
+	// ("CreateImage:created", "Clone:cloned"), between the steps of a
+	// multi-step operation; a test makes a crash there with
+	// runtime.Goexit. Nil: no faults.
+	Fault func(point string)
+	// Now is the clock of creation times. Default: time.Now.
+	Now func() time.Time
+}
+
+// Ceph is a client of one in-memory cluster. It is safe for concurrent use.
+type Ceph struct {
+	*cluster
+	fault func(string)
+}
+
+// cluster is the state every client of one fake cluster shares.
+type cluster struct {
+	now   func() time.Time
+	avail int64
+
+	mu     sync.Mutex
+	pools  map[string]*pool
+	nextID uint64
+}
+
+type pool struct {
+	full bool
+	// rbdNS are the RBD namespaces made in the pool ("" always exists).
+	rbdNS  map[string]bool
+	spaces map[string]*space // by RADOS namespace
+}
+
+// space is one RADOS namespace of a pool.
+type space struct {
+	dir     map[string]string // image name -> ID, the pool directory
+	images  map[string]*image // by ID; a directory entry without one is headerless
+	objects map[string]*object
+}
+
+type image struct {
+	id, name string
+	size     uint64
+	meta     map[string]string
+	created  time.Time
+	snaps    []*snapshot // by ID, ascending
+	parent   *link
+	watchers int
+}
+
+// link ties a clone to the snapshot it depends on.
+type link struct {
+	pool, ns, imageID string
+	snapID            uint64
+}
+
+type snapshot struct {
+	id      uint64
+	name    string
+	trash   bool // in the RBD trash namespace: deleted while clones need it
+	size    uint64
+	created time.Time
+	// children are the clones depending on the snapshot, by childKey.
+	children map[string]bool
+}
+
+type object struct {
+	data []byte
+	omap map[string]string
+}
+
+// New returns an empty cluster with the given pools.
+func New(o Options) *Ceph {
+	if len(o.Pools) == 0 {
+		o.Pools = []string{"rbd"}
+	}
+	if o.Available == 0 {
+		o.Available = 100 << 30
+	}
+	if o.Fault == nil {
+		o.Fault = func(string) {}
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	c := &Ceph{cluster: &cluster{now: o.Now, avail: o.Available, pools: map[string]*pool{}}, fault: o.Fault}
+	for _, p := range o.Pools {
+		c.AddPool(p)
+	}
+	return c
+}
+
+// Client is another client of the same cluster, with a fault hook of its
+// own: a process about to crash beside a healthy one. Nil: no faults.
+func (c *Ceph) Client(fault func(point string)) *Ceph {
+	if fault == nil {
+		fault = func(string) {}
+	}
+	return &Ceph{cluster: c.cluster, fault: fault}
+}
+
+// Ceph is a Backend.
+var _ rbd.Backend = (*Ceph)(nil)
+
+// AddPool makes a pool (rbd pool init included); an existing one stays.
+func (c *Ceph) AddPool(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pools[name] == nil {
+		c.pools[name] = &pool{rbdNS: map[string]bool{"": true}, spaces: map[string]*space{}}
+	}
+}
+
+// AddNamespace makes an RBD namespace in a pool (rbd namespace create).
+func (c *Ceph) AddNamespace(poolName, ns string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pl := c.pools[poolName]
+	if pl == nil {
+		return fmt.Errorf("%w: pool %q", rbd.ErrPoolNotFound, poolName)
+	}
+	pl.rbdNS[ns] = true
+	return nil
+}
+
+// begin checks the context and takes the cluster lock; the caller
+// unlocks. A context that ended is what an unanswered call yields.
+func (c *Ceph) begin(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("Ceph did not answer before the request's deadline: %w", err)
+	}
+	c.mu.Lock()
+	return nil
+}
+
+// space returns the pool's RADOS namespace, made on first use as RADOS
+// does. Called with c.mu held.
+func (c *Ceph) space(p rbd.Pool) (*space, error) {
+	pl := c.pools[p.Name]
+	if pl == nil {
+		return nil, fmt.Errorf("%w: pool %q", rbd.ErrPoolNotFound, p.Name)
+	}
+	s := pl.spaces[p.Namespace]
+	if s == nil {
+		s = &space{dir: map[string]string{}, images: map[string]*image{}, objects: map[string]*object{}}
+		pl.spaces[p.Namespace] = s
+	}
+	return s, nil
+}
+
+// imageSpace is space for image operations, which need the RBD namespace
+// to exist. Called with c.mu held.
+func (c *Ceph) imageSpace(p rbd.Pool) (*space, error) {
+	s, err := c.space(p)
+	if err != nil {
+		return nil, err
+	}
+	if !c.pools[p.Name].rbdNS[p.Namespace] {
+		return nil, fmt.Errorf("%w: %w: %q in pool %q", rbd.ErrPoolNotFound, rbd.ErrNamespaceNotFound, p.Namespace, p.Name)
+	}
+	return s, nil
+}
+
+// byName finds an image with a header. Called with c.mu held.
+func (s *space) byName(name string) (*image, error) {
+	id, ok := s.dir[name]
+	if !ok || s.images[id] == nil {
+		return nil, fmt.Errorf("%w: image %s", rbd.ErrNotFound, name)
+	}
+	return s.images[id], nil
+}
+
+func (s *space) byID(id string) (*image, error) {
+	img := s.images[id]
+	if img == nil {
+		return nil, fmt.Errorf("%w: image id %s", rbd.ErrNotFound, id)
+	}
+	return img, nil
+}
+
+// ListPools returns the pool names, sorted.
+func (c *Ceph) ListPools(ctx context.Context, _ string, _ config.Credentials) ([]string, error) {
+	if err := c.begin(ctx); err != nil {
+		return nil, err
+	}
+	defer c.mu.Unlock()
+	names := make([]string, 0, len(c.pools))
+	for n := range c.pools {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// PoolAvailable reports Options.Available, 0 for a full pool.
+func (c *Ceph) PoolAvailable(ctx context.Context, p rbd.Pool) (int64, error) {
+	if err := c.begin(ctx); err != nil {
+		return 0, err
+	}
+	defer c.mu.Unlock()
+	pl := c.pools[p.Name]
+	switch {
+	case pl == nil:
+		return 0, fmt.Errorf("%w: pool %q", rbd.ErrPoolNotFound, p.Name)
+	case pl.full:
+		return 0, nil
+	}
+	return c.avail, nil
+}
+
+// PoolFull reports SetFull; a missing pool is not full, as in `osd dump`.
+func (c *Ceph) PoolFull(ctx context.Context, p rbd.Pool) (bool, error) {
+	if err := c.begin(ctx); err != nil {
+		return false, err
+	}
+	defer c.mu.Unlock()
+	pl := c.pools[p.Name]
+	return pl != nil && pl.full, nil
+}
+
+func copyMap(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,218 @@
+package fake
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
+)
+
+// childKey names a clone among a snapshot's children.
+func childKey(p rbd.Pool, imageID string) string {
+	return p.Name + "/" + p.Namespace + "/" + imageID
+}
+
+// StatFamily reads an image by name, or by ID when name is empty.
+func (c *Ceph) StatFamily(ctx context.Context, p rbd.Pool, name, id string) (rbd.Family, error) {
+	if err := c.begin(ctx); err != nil {
+		return rbd.Family{}, err
+	}
+	defer c.mu.Unlock()
+	s, err := c.space(p)
+	if err != nil {
+		return rbd.Family{}, err
+	}
+	var img *image
+	if name != "" {
+		img, err = s.byName(name)
+	} else {
+		img, err = s.byID(id)
+	}
+	if err != nil {
+		return rbd.Family{}, err
+	}
+	f := rbd.Family{ImageInfo: img.info(), Watchers: img.watchers, Created: img.created}
+	for _, sn := range img.snaps {
+		switch {
+		case !sn.trash:
+			f.Snaps = append(f.Snaps, rbd.SnapInfo{Name: sn.name, Size: sn.size, Created: sn.created})
+		case len(sn.children) > 0:
+			f.TrashedSnaps++
+		}
+	}
+	if l := img.parent; l != nil {
+		parent, sn := c.parentOf(l)
+		f.Parent = &rbd.Parent{Pool: l.pool, ImageID: l.imageID}
+		if parent != nil {
+			f.Parent.Image = parent.name
+		}
+		if sn != nil {
+			f.Parent.Snap = sn.name
+		}
+	}
+	return f, nil
+}
+
+// parentOf resolves a link; either may be nil when a hook broke it.
+// Called with c.mu held.
+func (c *Ceph) parentOf(l *link) (*image, *snapshot) {
+	pl := c.pools[l.pool]
+	if pl == nil || pl.spaces[l.ns] == nil {
+		return nil, nil
+	}
+	img := pl.spaces[l.ns].images[l.imageID]
+	if img == nil {
+		return nil, nil
+	}
+	for _, sn := range img.snaps {
+		if sn.id == l.snapID {
+			return img, sn
+		}
+	}
+	return img, nil
+}
+
+// detach unlinks a clone from its parent's snapshot; a trashed snapshot
+// goes with its last clone. Called with c.mu held.
+func (c *Ceph) detach(p rbd.Pool, img *image) {
+	l := img.parent
+	if l == nil {
+		return
+	}
+	img.parent = nil
+	parent, sn := c.parentOf(l)
+	if sn == nil {
+		return
+	}
+	delete(sn.children, childKey(p, img.id))
+	if sn.trash && len(sn.children) == 0 {
+		parent.dropSnap(sn.id)
+	}
+}
+
+func (img *image) dropSnap(id uint64) {
+	for i, sn := range img.snaps {
+		if sn.id == id {
+			img.snaps = append(img.snaps[:i], img.snaps[i+1:]...)
+			return
+		}
+	}
+}
+
+func (img *image) userSnap(name string) *snapshot {
+	for _, sn := range img.snaps {
+		if !sn.trash && sn.name == name {
+			return sn
+		}
+	}
+	return nil
+}
+
+// CreateSnapshot snapshots an image at its current size.
+func (c *Ceph) CreateSnapshot(ctx context.Context, p rbd.Pool, name, snap string) error {
+	return c.withImage(ctx, p, name, true, func(_ *space, img *image) error {
+		if img.userSnap(snap) != nil {
+			return fmt.Errorf("snapshot %s/%s@%s: %w", p.Name, name, snap, rbd.ErrExists)
+		}
+		c.nextID++
+		img.snaps = append(img.snaps, &snapshot{id: c.nextID, name: snap, size: img.size, created: c.now(), children: map[string]bool{}})
+		return nil
+	})
+}
+
+// RemoveSnapshot deletes a user snapshot, or moves it to the trash
+// namespace (under a name of its own, as RBD does) while clones need it.
+func (c *Ceph) RemoveSnapshot(ctx context.Context, p rbd.Pool, imageID, snap string) error {
+	if err := c.begin(ctx); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	s, err := c.space(p)
+	if err != nil {
+		return err
+	}
+	img, err := s.byID(imageID)
+	if err != nil {
+		return err
+	}
+	sn := img.userSnap(snap)
+	if sn == nil {
+		return fmt.Errorf("removing snapshot %s: %w", snap, rbd.ErrNotFound)
+	}
+	if len(sn.children) == 0 {
+		img.dropSnap(sn.id)
+		return nil
+	}
+	sn.trash, sn.name = true, "trashed-"+strconv.FormatUint(sn.id, 10)
+	return nil
+}
+
+// Clone makes a format 2 clone with the fault point "Clone:cloned" between
+// linking it and setting it up (size, metadata), as the real backend.
+func (c *Ceph) Clone(ctx context.Context, parent, child rbd.Pool, name string, spec rbd.CloneSpec) error {
+	if err := c.link(ctx, parent, child, name, spec); err != nil {
+		return err
+	}
+	c.fault("Clone:cloned")
+	return c.withImage(ctx, child, name, true, func(_ *space, img *image) error {
+		if spec.Size > img.size {
+			img.size = spec.Size
+		}
+		for k := range img.meta {
+			if _, ours := spec.Metadata[k]; spec.DropMetadataPrefix != "" && strings.HasPrefix(k, spec.DropMetadataPrefix) && !ours {
+				delete(img.meta, k)
+			}
+		}
+		for k, v := range spec.Metadata {
+			img.meta[k] = v
+		}
+		return nil
+	})
+}
+
+// link makes the clone image: the snapshot's size, the parent's metadata
+// (librbd copies it), a link to the snapshot.
+func (c *Ceph) link(ctx context.Context, parent, child rbd.Pool, name string, spec rbd.CloneSpec) error {
+	if err := c.beginWrite(ctx, child); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	ps, err := c.space(parent)
+	if err != nil {
+		return err
+	}
+	pimg, err := ps.byName(spec.ParentImage)
+	if err != nil {
+		return err
+	}
+	sn := pimg.userSnap(spec.ParentSnap)
+	if sn == nil {
+		return fmt.Errorf("cloning %s@%s: snapshot %w", spec.ParentImage, spec.ParentSnap, rbd.ErrNotFound)
+	}
+	cs, err := c.imageSpace(child)
+	if err != nil {
+		return err
+	}
+	img, err := c.create(cs, name, sn.size)
+	if err != nil {
+		return fmt.Errorf("cloning %s@%s to %s: %w", spec.ParentImage, spec.ParentSnap, name, err)
+	}
+	img.meta = copyMap(pimg.meta)
+	img.parent = &link{pool: parent.Name, ns: parent.Namespace, imageID: pimg.id, snapID: sn.id}
+	sn.children[childKey(child, img.id)] = true
+	return nil
+}
+
+// Flatten detaches a clone from its parent (the fake keeps no data to
+// copy); an image without a parent is ErrInvalid, as in librbd.
+func (c *Ceph) Flatten(ctx context.Context, p rbd.Pool, name string) error {
+	return c.withImage(ctx, p, name, true, func(_ *space, img *image) error {
+		if img.parent == nil {
+			return fmt.Errorf("flattening %s/%s: image has no parent: %w", p.Name, name, rbd.ErrInvalid)
+		}
+		c.detach(p, img)
+		return nil
+	})
+}

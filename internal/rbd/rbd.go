@@ -1,0 +1,92 @@
+// Package rbd is the storage contract of the driver: the Backend interface
+// the controller and the node program against, its value types and its
+// errors. It has no cgo, so the packages that use it build and test
+// without librbd; internal/rbd/ceph implements it on go-ceph and
+// internal/rbd/fake in memory, and internal/rbd/rbdtest holds the one
+// suite both must pass.
+package rbd
+
+import (
+	"time"
+
+	"github.com/rbdcsi/rbdcsi/internal/config"
+)
+
+// Pool addresses one pool of one cluster as one Ceph user.
+type Pool struct {
+	MonHost string
+	Cred    config.Credentials
+	Name    string
+	// Namespace is the RADOS namespace inside the pool ("" = default).
+	Namespace string
+}
+
+// NewPool is the pool name of a cluster-map entry, in the entry's RADOS
+// namespace, used with cred.
+func NewPool(cluster config.Cluster, cred config.Credentials, name string) Pool {
+	return Pool{MonHost: cluster.MonHost(), Cred: cred, Name: name, Namespace: cluster.Namespace()}
+}
+
+// ImageSpec is what an image is created with.
+type ImageSpec struct {
+	Size     uint64
+	Features []string
+	DataPool string
+	// Metadata is set right after the image is created. A crash between the
+	// two leaves an image without it, which callers treat as unfinished.
+	Metadata map[string]string
+}
+
+// ImageInfo is what Stat reports.
+type ImageInfo struct {
+	Name     string
+	ID       string
+	Size     uint64
+	Metadata map[string]string
+}
+
+// SnapInfo describes one snapshot of an image (user namespace only).
+type SnapInfo struct {
+	Name    string
+	Size    uint64
+	Created time.Time
+}
+
+// Parent names the snapshot a clone was made from.
+type Parent struct {
+	Pool, Image, ImageID, Snap string
+	// Trash is set when the parent image is in the RBD trash.
+	Trash bool
+}
+
+// Family is an image with what ties it to others: its snapshots, its
+// parent (for a clone) and how many clients have it open.
+type Family struct {
+	ImageInfo
+	// Snaps are the user snapshots, oldest first.
+	Snaps []SnapInfo
+	// Snapshots the user deleted while clones still depended on them
+	// (the RBD trash snapshot namespace) that a clone still needs. RBD
+	// removes such a snapshot with its last clone, except when two clones
+	// detach at once; one left without clones is not counted, and RBD
+	// removes it with the image.
+	TrashedSnaps int
+	Parent       *Parent
+	Watchers     int
+	Created      time.Time
+}
+
+// CloneSpec is a copy-on-write child of a parent image's snapshot.
+type CloneSpec struct {
+	ParentImage, ParentSnap string
+	// DropMetadataPrefix: RBD copies the parent's metadata into a clone;
+	// keys with this prefix are the parent's own bookkeeping and removed.
+	DropMetadataPrefix string
+	ImageSpec
+}
+
+// Observer is told how long each Ceph operation took (internal/metrics
+// implements it; declared here so no backend imports Prometheus).
+type Observer interface {
+	ObserveCephOp(op string, took time.Duration, err error)
+}
