@@ -61,6 +61,22 @@ type Params struct {
 // refused so a typo in a StorageClass is caught at the first PVC, not
 // silently ignored.
 func ParseParams(in map[string]string) (Params, error) {
+	p, err := parse(in)
+	if err != nil {
+		return Params{}, err
+	}
+	if err := checkOptionFeatures(p.MapOptions, p.ImageFeatures); err != nil {
+		return Params{}, err
+	}
+	return p, nil
+}
+
+// ParseVolumeContext validates the parameters a node finds in a volume
+// context. That carries no imageFeatures: whether the map options suit the
+// image's features was checked when the volume was created.
+func ParseVolumeContext(in map[string]string) (Params, error) { return parse(in) }
+
+func parse(in map[string]string) (Params, error) {
 	p := Params{
 		ClusterID: in[ParamClusterID],
 		Pool:      in[ParamPool],
@@ -112,9 +128,6 @@ func ParseParams(in map[string]string) (Params, error) {
 		}
 	}
 	p.MapOptions, p.UnmapOptions = in[ParamMapOptions], in[ParamUnmapOptions]
-	if err := checkOptionFeatures(p.MapOptions, p.ImageFeatures); err != nil {
-		return Params{}, err
-	}
 	if p.MkfsOptions, err = ParseMkfsOptions(in[ParamMkfsOptions]); err != nil {
 		return Params{}, err
 	}

@@ -147,5 +147,5 @@ func volumeParams(vol volid.Volume, volCtx map[string]string) (config.Params, er
 			return config.Params{}, fmt.Errorf("volume context %s %q does not match the volume ID (%q)", k, v, idValue)
 		}
 	}
-	return config.ParseParams(in)
+	return config.ParseVolumeContext(in)
 }

@@ -194,3 +194,13 @@ func FuzzCheckMountFlags(f *testing.F) {
 		}
 	})
 }
+
+// The volume context has no imageFeatures: options that need a feature
+// were checked at CreateVolume and must not fail the stage.
+func TestVolumeParamsTakeOptionsNeedingFeatures(t *testing.T) {
+	vol := volid.Volume{ClusterID: "c1", Pool: "rbd", Image: "csi-vol-00000000000000000000"}
+	p, err := volumeParams(vol, map[string]string{"clusterID": "c1", "pool": "rbd", "mapOptions": "krbd:lock_on_read"})
+	if err != nil || p.MapOptions != "krbd:lock_on_read" {
+		t.Errorf("volume context with lock_on_read: %+v, %v", p, err)
+	}
+}
