@@ -5,13 +5,19 @@
 #
 #   rootfs.sh base SUITE      print the path of SUITE's untouched minbase root
 #                             (debootstrap on first use; e.g. bookworm)
+#   rootfs.sh runtime SUITE   print the path of SUITE's plugin root: minbase
+#                             plus build/Dockerfile's runtime packages (the
+#                             plugin image's filesystem; e.g. trixie, forky)
+#   rootfs.sh dev SUITE       print the path of SUITE's test layer: what builds
+#                             the plugin and runs a test cluster (DEV_PACKAGES),
+#                             an overlay layer to stack over the runtime root
 #   rootfs.sh run ROOT CMD... run CMD as root chrooted into ROOT, in private
-#                             mount and PID namespaces (see run_in below)
+#                             mount and PID namespaces (see _inner below)
 #
 # The cache ($RBDCSI_ROOTFS_CACHE, default /var/cache/rbdcsi-rootfs) holds
-# only what debootstrap made: callers that need more install it in a
-# throwaway copy or overlay, so a cached root never carries a project's
-# packages by accident.
+# each suite once: what debootstrap made, and the test layer built over it.
+# Callers that need more install it in a throwaway overlay, so a cached root
+# never carries a project's packages by accident.
 #
 # run's environment:
 #   ROOTFS_BINDS   space-separated SRC:DST[:ro] bind mounts into ROOT
@@ -20,6 +26,8 @@
 #   ROOTFS_OVERLAY a directory: ROOT is mounted read-only as the lower layer
 #                  of an overlay whose upper layer lives there, so ROOT itself
 #                  is never written
+#   ROOTFS_LAYERS  colon-separated read-only layers (uppermost first, such as
+#                  `rootfs.sh dev SUITE`) stacked over ROOT; needs ROOTFS_OVERLAY
 set -euo pipefail
 
 readonly PROG=${0##*/}
@@ -35,6 +43,14 @@ die() {
 
 # Packages this script needs on the host.
 readonly ROOTFS_PACKAGES=(debootstrap)
+# The test layer over a suite's runtime root: the Ceph daemons of
+# scripts/ceph-cluster.sh and the tools it runs, and librbd/librados headers
+# with a C toolchain for go-ceph (Go itself is bound in from the host).
+readonly DEV_PACKAGES=(ceph-mon ceph-osd ceph-mgr ceph-base librbd-dev librados-dev gcc libc6-dev pkg-config
+	iproute2 procps uuid-runtime)
+# apt's options for a mirror that serves a snapshot of the archive, whose
+# Release files are past their Valid-Until date (as on this machine).
+readonly APT_OPTS=(-o Acquire::Check-Valid-Until=false -o Acquire::Check-Date=false)
 
 need_packages() {
 	local p missing=()
@@ -59,14 +75,26 @@ debian_mirror() {
 	echo "$m"
 }
 
-# base SUITE: debootstrap --variant=minbase once; later calls reuse it. The
-# root is made under a temporary name and renamed when complete, so an
-# interrupted build is never mistaken for a finished one.
-base() {
-	local suite=$1 dir script=() mirror t0
+# lock NAME: hold $CACHE/NAME.lock until this script exits, so that two
+# callers (CI's background build and a test step, say) build a root once.
+lock() {
+	mkdir -p "$CACHE"
+	exec {lockfd}>"$CACHE/$1.lock"
+	flock -w 1800 "$lockfd" || die "could not take $CACHE/$1.lock"
+}
+
+# bootstrap NAME SUITE [PACKAGES]: debootstrap --variant=minbase (with the
+# comma-separated PACKAGES) once into $CACHE/NAME; later calls reuse it while
+# its recorded key matches. The root is made under a temporary name and
+# renamed when complete, so an interrupted build is never mistaken for a
+# finished one.
+bootstrap() {
+	local name=$1 suite=$2 pkgs=${3:-} dir script=() include=() mirror t0 key
 	[[ $suite =~ ^[a-z]+$ ]] || die "bad suite name: $suite"
-	dir=$CACHE/$suite-minbase
-	if [[ -f $dir/.rootfs-complete ]]; then
+	dir=$CACHE/$name
+	key="$suite minbase${pkgs:+ with $pkgs}"
+	lock "$name"
+	if [[ -f $dir/.rootfs-complete && $(head -1 "$dir/.rootfs-complete") == "$key" ]]; then
 		echo "$dir"
 		return
 	fi
@@ -74,18 +102,77 @@ base() {
 	mirror=$(debian_mirror)
 	# debootstrap may lack a script for the newest suites: testing's is sid's.
 	[[ -e /usr/share/debootstrap/scripts/$suite ]] || script=(/usr/share/debootstrap/scripts/sid)
+	[[ -z $pkgs ]] || include=(--include="$pkgs")
 	mkdir -p "$CACHE"
 	rm -rf "$dir" "$dir.tmp"
 	t0=$SECONDS
-	log "debootstrap --variant=minbase $suite ($mirror) into $dir"
-	if ! debootstrap --variant=minbase "$suite" "$dir.tmp" "$mirror" "${script[@]}" >"$CACHE/$suite-debootstrap.log" 2>&1; then
-		tail -5 "$CACHE/$suite-debootstrap.log" >&2
+	log "debootstrap --variant=minbase $suite ($mirror)${pkgs:+ with $pkgs} into $dir"
+	if ! debootstrap --variant=minbase "${include[@]}" "$suite" "$dir.tmp" "$mirror" "${script[@]}" >"$CACHE/$name-debootstrap.log" 2>&1; then
+		tail -5 "$CACHE/$name-debootstrap.log" >&2
 		rm -rf "$dir.tmp"
-		die "debootstrap $suite failed: see $CACHE/$suite-debootstrap.log"
+		die "debootstrap $suite failed: see $CACHE/$name-debootstrap.log"
 	fi
-	echo "$suite minbase from $mirror, $(date -u +%FT%TZ)" >"$dir.tmp/.rootfs-complete"
+	printf '%s\nfrom %s, %s\n' "$key" "$mirror" "$(date -u +%FT%TZ)" >"$dir.tmp/.rootfs-complete"
 	mv "$dir.tmp" "$dir"
-	log "$suite minbase built in $((SECONDS - t0)) s"
+	log "$name built in $((SECONDS - t0)) s"
+	echo "$dir"
+}
+
+# base SUITE: the untouched minbase root.
+base() {
+	bootstrap "$1-minbase" "$1"
+}
+
+# The plugin's runtime packages: the apt-get install of build/Dockerfile's
+# runtime stage (its last), so the image built here and the one
+# `docker build` makes carry the same packages.
+# shellcheck disable=SC1003
+runtime_packages() {
+	awk '/^FROM / {stage = ""} {stage = stage $0 "\n"} END {printf "%s", stage}' "$HERE/../build/Dockerfile" |
+		sed -n '/apt-get install/,/rm -rf/p' | tr -s '[:space:]\\' '\n' |
+		grep -E '^[a-z0-9][a-z0-9.+-]+$' | grep -vxE 'apt-get|install|rm|rf|y|DEBIAN_FRONTEND=noninteractive' | sort -u
+}
+
+# runtime SUITE: minbase plus the plugin's runtime packages.
+runtime() {
+	local pkgs
+	pkgs=$(runtime_packages | paste -sd, -)
+	[[ -n $pkgs ]] || die "no runtime packages found in build/Dockerfile"
+	bootstrap "$1-runtime" "$1" "$pkgs"
+}
+
+# dev SUITE: DEV_PACKAGES installed by apt in an overlay over the runtime
+# root; the overlay's upper directory, kept, is the layer. It holds only
+# what apt changed, so the suite is downloaded and unpacked once.
+dev() {
+	local suite=$1 lower dir key t0
+	lower=$(runtime "$suite")
+	dir=$CACHE/$suite-dev
+	key="over $(head -1 "$lower/.rootfs-complete"): ${DEV_PACKAGES[*]}"
+	lock "$suite-dev"
+	if [[ -f $dir/.rootfs-complete && $(head -1 "$dir/.rootfs-complete") == "$key" ]]; then
+		echo "$dir"
+		return
+	fi
+	rm -rf "$dir" "$dir.tmp"
+	mkdir -p "$dir.tmp"
+	t0=$SECONDS
+	log "installing the test layer of $suite into $dir: ${DEV_PACKAGES[*]}"
+	if ! ROOTFS_OVERLAY=$dir.tmp ROOTFS_ENV="DEBIAN_FRONTEND=noninteractive" "$HERE/rootfs.sh" run "$lower" /bin/sh -c '
+		set -e
+		apt-get "$@" update -qq
+		apt-get "$@" install -y -qq --no-install-recommends '"${DEV_PACKAGES[*]}"'
+		apt-get clean
+		rm -rf /var/lib/apt/lists/* /tmp/* /var/tmp/*
+	' sh "${APT_OPTS[@]}" >"$CACHE/$suite-dev.log" 2>&1; then
+		tail -5 "$CACHE/$suite-dev.log" >&2
+		rm -rf "$dir.tmp"
+		die "installing the test layer of $suite failed: see $CACHE/$suite-dev.log"
+	fi
+	printf '%s\n%s\n' "$key" "$(date -u +%FT%TZ)" >"$dir.tmp/upper/.rootfs-complete"
+	mv "$dir.tmp/upper" "$dir"
+	rm -rf "$dir.tmp"
+	log "$suite-dev built in $((SECONDS - t0)) s"
 	echo "$dir"
 }
 
@@ -116,9 +203,12 @@ _inner() {
 	TARGET=$root
 	trap 'reap "$TARGET"' EXIT
 	trap 'exit 143' TERM INT
+	if [[ -n ${ROOTFS_LAYERS:-} && -z ${ROOTFS_OVERLAY:-} ]]; then
+		die "ROOTFS_LAYERS needs ROOTFS_OVERLAY"
+	fi
 	if [[ -n ${ROOTFS_OVERLAY:-} ]]; then
 		mkdir -p "$ROOTFS_OVERLAY/upper" "$ROOTFS_OVERLAY/work" "$ROOTFS_OVERLAY/merged"
-		mount -t overlay overlay -o "lowerdir=$root,upperdir=$ROOTFS_OVERLAY/upper,workdir=$ROOTFS_OVERLAY/work" \
+		mount -t overlay overlay -o "lowerdir=${ROOTFS_LAYERS:+$ROOTFS_LAYERS:}$root,upperdir=$ROOTFS_OVERLAY/upper,workdir=$ROOTFS_OVERLAY/work" \
 			"$ROOTFS_OVERLAY/merged"
 		TARGET=$ROOTFS_OVERLAY/merged
 	fi
@@ -172,9 +262,9 @@ reap() {
 }
 
 case ${1:-} in
-base)
-	(($# == 2)) || die "usage: $PROG base SUITE"
-	base "$2"
+base | runtime | dev)
+	(($# == 2)) || die "usage: $PROG $1 SUITE"
+	"$1" "$2"
 	;;
 run)
 	shift
@@ -185,7 +275,7 @@ _inner)
 	_inner "$@"
 	;;
 *)
-	echo "usage: $PROG base SUITE | run ROOT CMD..." >&2
+	echo "usage: $PROG base|runtime|dev SUITE | run ROOT CMD..." >&2
 	exit 2
 	;;
 esac
