@@ -1,6 +1,9 @@
 # The whole set-up is two commands: `make demo` and `make test`.
 SHELL := /bin/bash
-export GOFLAGS := -tags=pacific -buildvcs=false
+# go-ceph's build tag for the installed librbd (pacific on Debian 12):
+# build/ceph-tags.sh. Empty before `make deps` installs librbd-dev.
+CEPH_TAGS ?= $(shell build/ceph-tags.sh 2>/dev/null)
+export GOFLAGS = -tags=$(CEPH_TAGS) -buildvcs=false
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN := bin/rbdplugin
 GO_SOURCES := $(shell find cmd internal -name '*.go' 2>/dev/null) go.mod go.sum
@@ -33,7 +36,7 @@ $(BIN): $(GO_SOURCES)
 lint:
 	@bad=$$(gofmt -l cmd internal e2e deploy); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
 	go vet ./...
-	go vet -tags=pacific,e2e_k8s ./e2e/k8s/
+	go vet -tags=$(CEPH_TAGS),e2e_k8s ./e2e/k8s/
 	shellcheck -x scripts/*.sh .ci/run
 	go run ./scripts/programs check
 
@@ -94,6 +97,17 @@ KERNEL_TEST_MAPPERS ?= krbd nbd
 .PHONY: kernel-test
 kernel-test: deps build
 	scripts/kernel-test.sh $(KERNEL_TEST_MAPPERS)
+
+# The integration suites (contract, controller, node, sanity) against Ceph
+# 18.2 Reef and 20.2 Tentacle clusters, with the plugin built against each
+# release's librbd and this machine's Pacific-built one (README, "Ceph
+# releases"). Each cluster runs in a chroot of a Debian suite's root, cached
+# under $(or $(RBDCSI_ROOTFS_CACHE),/var/cache/rbdcsi-rootfs). MATRIX_RUN='TestCreate'
+# picks tests; cells pick cells: make ceph-matrix MATRIX_CELLS=reef.
+MATRIX_CELLS ?=
+.PHONY: ceph-matrix
+ceph-matrix: deps
+	scripts/ceph-matrix.sh $(MATRIX_CELLS)
 
 # End-to-end on a real single-node Kubernetes v1.37.1 built on this machine
 # (README, "End-to-end on Kubernetes"): builds or reuses Kubernetes, the

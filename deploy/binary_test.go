@@ -33,7 +33,7 @@ func loadPluginFlags(t *testing.T) pluginFlags {
 		}
 		defer os.RemoveAll(dir)
 		bin := filepath.Join(dir, "rbdplugin")
-		build := exec.Command("go", "build", "-tags=pacific", "-o", bin, "./cmd/rbdplugin")
+		build := exec.Command("go", "build", "-o", bin, "./cmd/rbdplugin")
 		build.Dir = ".."
 		if out, err := build.CombinedOutput(); err != nil {
 			helpErr = "go build ./cmd/rbdplugin: " + err.Error() + "\n" + string(out)

@@ -134,7 +134,7 @@ main() {
 
 	export RBDCSI_E2E_K8S=1 E2E_CLUSTER_CONFIG=$work/deploy/e2e/local/cluster-config.json
 	export E2E_RBDPLUGIN=$ROOT/bin/rbdplugin E2E_WORK=$work
-	(cd "$ROOT" && go test -tags=pacific,e2e_k8s -count=1 -timeout 45m -v ./e2e/k8s/ "$@") || rc=$?
+	(cd "$ROOT" && go test -tags="$("$ROOT/build/ceph-tags.sh"),e2e_k8s" -count=1 -timeout 45m -v ./e2e/k8s/ "$@") || rc=$?
 	log "tests finished (exit $rc) after $((SECONDS - t0)) s"
 	return "$rc"
 }
