@@ -1,6 +1,8 @@
 package config
 
 import (
+	"encoding/base64"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -180,4 +182,39 @@ func FuzzParseClusters(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestKeyTypes(t *testing.T) {
+	key := func(typ byte) string {
+		return base64.StdEncoding.EncodeToString(append([]byte{typ, 0}, make([]byte, 28)...))
+	}
+	einval := errors.New("connecting to monitors: invalid argument: rados: ret=-22, Invalid argument")
+	for _, tc := range []struct {
+		key, want string
+		hint      bool
+	}{
+		{key(1), KeyTypeAES, false},
+		{key(2), KeyTypeAES256K, true},
+		{key(7), "type 7", false},
+		{"not base64!", "", false},
+	} {
+		c := Credentials{ID: "csi", Key: tc.key}
+		if got := c.KeyType(); got != tc.want {
+			t.Errorf("KeyType(%q) = %q, want %q", tc.key, got, tc.want)
+		}
+		err := c.UnusableKey(einval)
+		if hinted := err != einval; hinted != tc.hint {
+			t.Errorf("%q: hinted %v, want %v: %v", tc.key, hinted, tc.hint, err)
+		}
+		if !errors.Is(err, einval) || strings.Contains(err.Error(), tc.key) {
+			t.Errorf("%q: the hint drops the cause or shows the key: %v", tc.key, err)
+		}
+	}
+	c := Credentials{ID: "csi", Key: key(2)}
+	if other := errors.New("pool not found"); c.UnusableKey(other) != other {
+		t.Errorf("an unrelated failure got the key hint")
+	}
+	if c.UnusableKey(nil) != nil {
+		t.Errorf("no error became one")
+	}
 }

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -74,4 +76,52 @@ func CredentialsFromDir(dir string) (Credentials, error) {
 		return Credentials{}, err
 	}
 	return validCredentials(Credentials{ID: id, Key: key})
+}
+
+// Cephx key types, by the number a key's encoding starts with.
+const (
+	KeyTypeAES     = "AES"
+	KeyTypeAES256K = "AES256K"
+)
+
+// KeyType names the cephx key type of c.Key: a key is base64 of a
+// little-endian 16-bit type (1 AES, 2 AES256K), its creation time, a
+// length and the secret. "" when the key does not decode.
+func (c Credentials) KeyType() string {
+	raw, err := base64.StdEncoding.DecodeString(c.Key)
+	if err != nil || len(raw) < 2 {
+		return ""
+	}
+	switch binary.LittleEndian.Uint16(raw) {
+	case 1:
+		return KeyTypeAES
+	case 2:
+		return KeyTypeAES256K
+	default:
+		return fmt.Sprintf("type %d", binary.LittleEndian.Uint16(raw))
+	}
+}
+
+// AES256KHint says why an AES256K key cannot serve a Ceph client older
+// than Squid 19.2.6 or Tentacle 20.2.4, or Linux's krbd before 7.0, and
+// what an admin can do (README, "Ceph releases").
+func (c Credentials) AES256KHint() string {
+	return fmt.Sprintf("%s has an AES256K key, which Ceph clients before 19.2.6/20.2.4 and the kernel RBD client before Linux 7.0 cannot use: "+
+		"give the user an AES key (`ceph auth rotate client.%s --key_type aes`, after allowing AES keys with "+
+		"`ceph mon set auth_allowed_ciphers aes,aes256k` and `ceph config set mon mon_auth_allow_insecure_key true`) "+
+		"and put it in the Secret, or run the plugin image built on forky with a mapper other than krbd", c, c.ID)
+}
+
+// UnusableKey explains a failure to connect or map with an AES256K key:
+// clients that cannot read or use one fail with EINVAL ("Invalid argument",
+// "Malformed input"). It returns err unchanged when the key is of another
+// type or the failure is another one, and otherwise err with AES256KHint.
+func (c Credentials) UnusableKey(err error) error {
+	if err == nil || c.KeyType() != KeyTypeAES256K {
+		return err
+	}
+	if msg := err.Error(); !strings.Contains(msg, "Invalid argument") && !strings.Contains(msg, "Malformed input") {
+		return err
+	}
+	return fmt.Errorf("%w (%s)", err, c.AES256KHint())
 }

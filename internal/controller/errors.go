@@ -19,6 +19,7 @@ func cephCodes() grpcerr.Table {
 	return grpcerr.Table{
 		{Err: rbd.ErrUnavailable, Code: codes.Unavailable},
 		{Err: rbd.ErrPermission, Code: codes.PermissionDenied},
+		{Err: rbd.ErrUnusableKey, Code: codes.InvalidArgument},
 		{Err: rbd.ErrNoSpace, Code: codes.ResourceExhausted},
 		{Err: rbd.ErrPoolNotFound, Code: codes.NotFound},
 		{Err: rbd.ErrNotFound, Code: codes.NotFound},

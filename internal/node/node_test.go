@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"os"
 	"os/exec"
@@ -288,5 +289,35 @@ func TestUnstageWithoutRecord(t *testing.T) {
 	_, err = f.n.NodeUnstageVolume(context.Background(), &csi.NodeUnstageVolumeRequest{VolumeId: "garbage", StagingTargetPath: "/x"})
 	if status.Code(err) != codes.NotFound {
 		t.Errorf("unstage of a malformed ID: %v", err)
+	}
+}
+
+// A mapping that fails as old Ceph tools and kernels fail on an AES256K key
+// says what to do; with an AES key, or another failure, it stays as it was.
+func TestStageWithUnusableKeyTypeSaysWhy(t *testing.T) {
+	aes256k := base64.StdEncoding.EncodeToString(append([]byte{2, 0}, make([]byte, 44)...))
+	einval := errors.New("rbd: map failed: (22) Invalid argument")
+	for _, tc := range []struct {
+		name string
+		key  string
+		err  error
+		code codes.Code
+		hint bool
+	}{
+		{"AES256K key, EINVAL", aes256k, einval, codes.InvalidArgument, true},
+		{"AES key, EINVAL", testKey, einval, codes.Internal, false},
+		{"AES256K key, missing image", aes256k, errors.Join(mapper.ErrNotFound, errors.New("image not found")), codes.NotFound, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.m.mapErr = tc.err
+			req := f.stageReq(fsCap(rwo))
+			req.Secrets["userKey"] = tc.key
+			_, err := f.n.NodeStageVolume(context.Background(), req)
+			if status.Code(err) != tc.code || strings.Contains(err.Error(), "AES256K key") != tc.hint {
+				t.Errorf("got %v, want %s with hint %v", err, tc.code, tc.hint)
+			}
+			f.expectNothingLeft(t)
+		})
 	}
 }

@@ -152,6 +152,9 @@ func (n *Node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequ
 func (n *Node) stage(ctx context.Context, rec *record, m mapper.Mapper, params config.Params, mreq mapper.MapRequest) error {
 	dev, err := m.Map(ctx, mreq)
 	if err != nil {
+		if hinted := mreq.Cred.UnusableKey(err); hinted != err {
+			return status.Error(codes.InvalidArgument, hinted.Error())
+		}
 		return err
 	}
 	rec.Device = dev

@@ -20,4 +20,7 @@ var (
 	ErrUnavailable  = errors.New("cluster unavailable")
 	ErrPermission   = errors.New("permission denied")
 	ErrInvalid      = errors.New("invalid argument")
+	// ErrUnusableKey: the Ceph client cannot read or use the user's key
+	// (an AES256K key in a client older than Squid 19.2.6).
+	ErrUnusableKey = errors.New("unusable key")
 )

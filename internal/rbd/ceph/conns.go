@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
 // Options tune the connection cache.
@@ -38,6 +39,7 @@ func DefaultOptions() Options {
 // Conns caches one librados connection per (monitors, user, key).
 type Conns struct {
 	opts Options
+	keys keyTypes
 
 	mu      sync.Mutex
 	entries map[string]*connEntry
@@ -117,7 +119,13 @@ func (c *Conns) get(ctx context.Context, monHost string, cred config.Credentials
 // connect runs apart from any request, so a request that gives up does not
 // leave a half-made entry; a failed entry is dropped for the next caller.
 func (c *Conns) connect(key string, e *connEntry, monHost string, cred config.Credentials) {
-	conn, err := dial(monHost, cred, c.opts.OpTimeout)
+	var conn *rados.Conn
+	var err error
+	if cred.KeyType() == config.KeyTypeAES256K && !c.keys.readsAES256K() {
+		err = fmt.Errorf("connecting to monitors %s: %w: %s", monHost, rbd.ErrUnusableKey, cred.AES256KHint())
+	} else {
+		conn, err = dial(monHost, cred, c.opts.OpTimeout)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed && err == nil {
@@ -150,16 +158,25 @@ func dial(monHost string, cred config.Credentials, timeout time.Duration) (*rado
 	} {
 		if err := conn.SetConfigOption(o[0], o[1]); err != nil {
 			conn.Shutdown()
-			return nil, fmt.Errorf("setting Ceph option %s: %w", o[0], classify(err))
+			return nil, unusableKey(cred, fmt.Errorf("setting Ceph option %s: %w", o[0], classify(err)))
 		}
 	}
 	start := time.Now()
 	if err := conn.Connect(); err != nil {
 		conn.Shutdown()
-		return nil, fmt.Errorf("connecting to monitors %s as %s: %w", monHost, cred, classify(err))
+		return nil, unusableKey(cred, fmt.Errorf("connecting to monitors %s as %s: %w", monHost, cred, classify(err)))
 	}
 	klog.V(4).InfoS("connected to Ceph", "monitors", monHost, "user", cred.ID, "took", time.Since(start))
 	return conn, nil
+}
+
+// unusableKey marks a failure that an AES256K key explains (a client that
+// reads such keys but a monitor that refuses them, say) as ErrUnusableKey.
+func unusableKey(cred config.Credentials, err error) error {
+	if hinted := cred.UnusableKey(err); hinted != err {
+		return fmt.Errorf("%w: %w", rbd.ErrUnusableKey, hinted)
+	}
+	return err
 }
 
 func (c *Conns) reapIdle() {
