@@ -89,10 +89,19 @@ func (f *fuseMapper) Supported(context.Context) error {
 	return nil
 }
 
+// fuseDefaultPool is the pool rbd-fuse serves when given none.
+const fuseDefaultPool = "rbd"
+
 // fuseArgs is rbd-fuse's argv: name=value forms, so that no value can be
-// taken for an option, and the key only in the keyring file.
+// taken for an option, and the key only in the keyring file. The pool goes
+// only where it is not rbd-fuse's default: with libfuse 3.17 and later,
+// rbd-fuse (Ceph 18.2.7 and 20.2.4 in Debian 13 and 14) frees its default
+// pool name, a string constant, when given another, and crashes.
 func fuseArgs(p fusePaths, req MapRequest, keyringFile string) []string {
-	args := []string{"--conf=" + p.conf, "--id=" + req.Cred.ID, "--keyring=" + keyringFile, "--poolname=" + req.Image.Pool}
+	args := []string{"--conf=" + p.conf, "--id=" + req.Cred.ID, "--keyring=" + keyringFile}
+	if req.Image.Pool != fuseDefaultPool {
+		args = append(args, "--poolname="+req.Image.Pool)
+	}
 	if req.Image.Namespace != "" {
 		args = append(args, "--namespace="+req.Image.Namespace)
 	}
@@ -198,6 +207,12 @@ func (f *fuseMapper) start(ctx context.Context, p fusePaths, req MapRequest) err
 		case err := <-exited:
 			if err == nil {
 				err = errors.New("exited")
+			}
+			if ee := (*exec.ExitError)(nil); errors.As(err, &ee) && ee.ProcessState.Sys().(syscall.WaitStatus).Signaled() {
+				// Debian 13's and 14's rbd-fuse (Ceph 18.2.7, 20.2.4)
+				// crash this way in fuse_opt_parse, with libfuse 3.17+, when
+				// given a pool other than rbd or a namespace (fuseArgs).
+				return fmt.Errorf("%w: %w", ErrUnsupported, fail("rbd-fuse crashed before mounting (Ceph 18.2.7 and 20.2.4 built with libfuse 3.17 or later crash when given a pool other than rbd or a RADOS namespace: use krbd or nbd for this volume)", err))
 			}
 			return fail("rbd-fuse could not connect to the cluster", err)
 		case <-ctx.Done():

@@ -22,7 +22,7 @@ func TestFuseArgs(t *testing.T) {
 		t.Errorf("two clusters share a private directory")
 	}
 	args := fuseArgs(p, req, "/state/keys/key-9")
-	want := []string{"--conf=" + p.conf, "--id=csi-rbd", "--keyring=/state/keys/key-9", "--poolname=rbd", "--image=csi-vol-1", p.mnt, "-f"}
+	want := []string{"--conf=" + p.conf, "--id=csi-rbd", "--keyring=/state/keys/key-9", "--image=csi-vol-1", p.mnt, "-f"}
 	if !slices.Equal(args, want) {
 		t.Errorf("argv\n got %q\nwant %q", args, want)
 	}
@@ -36,8 +36,12 @@ func TestFuseArgs(t *testing.T) {
 	if np.dir == p.dir {
 		t.Errorf("two namespaces share a private directory")
 	}
-	if args := fuseArgs(np, req, "/k"); !slices.Equal(args[3:6], []string{"--poolname=rbd", "--namespace=tenant-1", "--image=csi-vol-1"}) {
+	if args := fuseArgs(np, req, "/k"); !slices.Equal(args[3:5], []string{"--namespace=tenant-1", "--image=csi-vol-1"}) {
 		t.Errorf("namespaced argv %q", args)
+	}
+	req.Image.Pool = "ssd"
+	if args := fuseArgs(np, req, "/k"); !slices.Equal(args[3:6], []string{"--poolname=ssd", "--namespace=tenant-1", "--image=csi-vol-1"}) {
+		t.Errorf("argv for another pool %q", args)
 	}
 	conf := fuseConf(req.MonHost, 20*time.Second)
 	if !strings.Contains(conf, "mon_host = v2:10.0.0.1:3300,v2:10.0.0.2:3300\n") || !strings.Contains(conf, "client_mount_timeout = 20\n") || strings.Contains(conf, testKey) {
