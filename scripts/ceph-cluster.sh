@@ -15,6 +15,10 @@
 #   CEPH_MEMSTORE_BYTES OSD capacity in bytes (default 8 GiB; memstore allocates on write)
 #   CEPH_WITH_MGR=1     also start a mgr (not needed for RBD; costs ~300 MB RSS)
 #   CEPH_PG_TIMEOUT     seconds to wait for PGs to become active+clean (default 60)
+#   CEPH_KEY_TYPE=aes   on releases whose keys default to AES256K (Tentacle; Squid from
+#                       19.2.6): AES keys, which the clients of older releases and Linux
+#                       krbd before 7.0 can use, and a monitor that allows and prefers
+#                       them (README, "Ceph releases")
 #
 # Several clusters may run side by side (different DIRs): daemons are only ever
 # stopped by the PIDs recorded in their own DIR, never by name.
@@ -242,6 +246,9 @@ write_conf() {
 	# a name of up to 16 chars + ".<pid>.asok".
 	client_asok="$DIR/run/\$cluster-\$name.\$pid.asok"
 	((${#DIR} + 48 <= 107)) || client_asok=""
+	# CEPH_KEY_TYPE=aes on a release that prefers AES256K (key_types).
+	local insecure_key=""
+	((${#MONMAP_CIPHER_ARGS[@]} == 0)) || insecure_key="mon_auth_allow_insecure_key = true"
 	# Everything Ceph would put under /var/{lib,log,run}/ceph is redirected into DIR.
 	cat >"$CONF" <<EOF
 [global]
@@ -277,7 +284,6 @@ mon_warn_on_pool_no_redundancy = false
 mon_data_avail_warn = 1
 mon_data_avail_crit = 0
 osd_objectstore = memstore
-rbd_default_clone_format = 2
 
 [mon]
 mon_data = $DIR/mon/\$cluster-\$id
@@ -285,6 +291,7 @@ keyring = \$mon_data/keyring
 # The mon batches map changes for 1 s by default; booting an OSD and a pool takes
 # ~8 osdmap epochs, so this alone cuts "up" from ~7 s to ~2 s.
 paxos_propose_interval = 0.1
+$insecure_key
 
 [osd]
 osd_data = $DIR/osd/\$cluster-\$id
@@ -339,6 +346,25 @@ wait_mgr() {
 	done
 }
 
+# key_types: the arguments CEPH_KEY_TYPE needs on this release, in
+# KEY_TYPE_ARGS (ceph-authtool) and MONMAP_CIPHER_ARGS (monmaptool); empty
+# where the release knows one key type only.
+key_types() {
+	KEY_TYPE_ARGS=() MONMAP_CIPHER_ARGS=()
+	local want=${CEPH_KEY_TYPE:-}
+	[[ -n $want ]] || return 0
+	[[ $want == aes || $want == aes256k ]] || die "CEPH_KEY_TYPE must be aes or aes256k, not $want"
+	if [[ $(ceph-authtool --help 2>&1) != *--key-type* ]]; then
+		[[ $want == aes ]] || die "this Ceph release ($(ceph --version | cut -d' ' -f3)) makes AES keys only"
+		return 0
+	fi
+	KEY_TYPE_ARGS=(--key-type "$want")
+	[[ $want == aes ]] || return 0
+	# A monitor made by such a release allows AES256K only, and refuses to
+	# create AES keys unless mon_auth_allow_insecure_key is set (write_conf).
+	MONMAP_CIPHER_ARGS=(--auth-allowed-ciphers 'aes,aes256k' --auth-preferred-cipher aes)
+}
+
 cmd_up() {
 	local t0 fsid port mon_pid osd_uuid osd_key osd_id admin_key csi_key i lockfile
 	t0=$(now)
@@ -366,12 +392,13 @@ cmd_up() {
 	mkdir -p "$DIR"/{run,log,crash,mon,osd,mgr} "$PIDS"
 	chmod 0700 "$DIR"
 	fsid=$(uuidgen)
+	key_types
 
 	# Keys: mon. and client.admin, the admin key imported into the mon's initial keyring.
 	(
 		umask 077
-		ceph-authtool --create-keyring "$DIR/mon.keyring" --gen-key -n mon. --cap mon 'allow *' >/dev/null
-		ceph-authtool --create-keyring "$DIR/ceph.client.admin.keyring" --gen-key -n client.admin \
+		ceph-authtool --create-keyring "$DIR/mon.keyring" --gen-key "${KEY_TYPE_ARGS[@]}" -n mon. --cap mon 'allow *' >/dev/null
+		ceph-authtool --create-keyring "$DIR/ceph.client.admin.keyring" --gen-key "${KEY_TYPE_ARGS[@]}" -n client.admin \
 			--cap mon 'allow *' --cap osd 'allow *' --cap mgr 'allow *' --cap mds 'allow *' >/dev/null
 		ceph-authtool "$DIR/mon.keyring" --import-keyring "$DIR/ceph.client.admin.keyring" >/dev/null
 	)
@@ -383,7 +410,7 @@ cmd_up() {
 	flock -w 120 "$lockfd" || die "could not take $lockfile"
 	port=$(pick_port)
 	write_conf "$fsid" "$port"
-	monmaptool --create --addv a "[v2:$ADDR:$port]" --fsid "$fsid" "$DIR/monmap" >/dev/null
+	monmaptool --create --addv a "[v2:$ADDR:$port]" --fsid "$fsid" "${MONMAP_CIPHER_ARGS[@]}" "$DIR/monmap" >/dev/null
 	ceph-mon -c "$CONF" --mkfs -i a --monmap "$DIR/monmap" --keyring "$DIR/mon.keyring" >"$DIR/log/mon.a.mkfs" 2>&1 ||
 		fail_up "ceph-mon --mkfs"
 	rm -f "$DIR/monmap" "$DIR/mon.keyring"
@@ -404,7 +431,7 @@ cmd_up() {
 	# OSD: `osd new` with a pre-generated cephx secret creates the id and its auth
 	# entry in one mon round trip.
 	osd_uuid=$(uuidgen)
-	osd_key=$(ceph-authtool --gen-print-key)
+	osd_key=$(ceph-authtool --gen-print-key "${KEY_TYPE_ARGS[@]}")
 	osd_id=$(printf '{"cephx_secret": "%s"}' "$osd_key" | cephc osd new "$osd_uuid" -i - 2>>"$DIR/log/cli.log") || fail_up "ceph osd new (exit $?, 124 = timed out)"
 	mkdir -p "$DIR/osd/ceph-$osd_id"
 	(umask 077 && ceph-authtool --create-keyring "$DIR/osd/ceph-$osd_id/keyring" -n "osd.$osd_id" --add-key "$osd_key" >/dev/null)

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -431,10 +432,7 @@ func PauseMonitor(t testing.TB, c Cluster) (resume func()) {
 	if link := os.Getenv("RBDCSI_E2E_LINK"); link != "" {
 		return cutLink(t, link)
 	}
-	b, err := os.ReadFile(filepath.Join(c.Dir, "pids", "mon.a.pid"))
-	Must(t, err, "mon pid")
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	Must(t, err, "mon pid")
+	pid := monitorPID(t, c)
 	Must(t, syscall.Kill(pid, syscall.SIGSTOP), "SIGSTOP mon")
 	// The signal is delivered asynchronously: wait until the mon is stopped.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
@@ -456,6 +454,30 @@ func PauseMonitor(t testing.TB, c Cluster) (resume func()) {
 	}
 	t.Cleanup(resume)
 	return resume
+}
+
+// monitorPID finds the cluster's monitor by its command line, which names
+// the cluster's configuration file. The PID that scripts/ceph-cluster.sh
+// recorded holds only in its own PID namespace: the Ceph matrix runs a
+// cluster in a chroot with a PID namespace of its own and the tests outside.
+func monitorPID(t testing.TB, c Cluster) int {
+	t.Helper()
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	Must(t, err, "listing processes")
+	for _, f := range procs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		argv := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if filepath.Base(argv[0]) == "ceph-mon" && slices.Contains(argv, c.Conf) {
+			pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f)))
+			Must(t, err, "pid of %s", f)
+			return pid
+		}
+	}
+	t.Fatalf("no ceph-mon with -c %s runs", c.Conf)
+	return 0
 }
 
 // cutLink takes the network interface down until resume.
