@@ -19,6 +19,10 @@
 # Environment: KERNEL_TEST_RUN='TestBlock|TestFilesystem' picks tests (go
 # test -run) for every mapper; KERNEL_TEST_FULL=1 runs the whole suite with
 # nbd too (below); KERNEL_TEST_KEEP=1 keeps the work directory (logs).
+# KERNEL_TEST_CLUSTERS='krbd=forky nbd=host' picks each (default: host for both)
+# mapper's cluster: host is this machine's Ceph, a Debian suite runs that
+# suite's release in a chroot of its cached root (scripts/suite.sh cluster),
+# with AES keys, which the guest's kernel (Linux 6.1) and tools need.
 set -euo pipefail
 
 readonly PROG=${0##*/}
@@ -43,6 +47,7 @@ kdir=$("$ROOT/scripts/kernel-vm.sh" kernel)
 work=$(mktemp -d /tmp/rbdcsi-kt.XXXXXX)
 ns=rbdcsi-kt-$$
 guests=()
+declare -A suite_clusters=()
 cleanup() {
 	local rc=$? pid
 	trap - EXIT INT TERM
@@ -51,7 +56,12 @@ cleanup() {
 	for pid in "${guests[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
 	for pid in "${guests[@]}"; do wait "$pid" 2>/dev/null || true; done
 	for m in "${mappers[@]}"; do
-		"$ROOT/scripts/ceph-cluster.sh" down "$work/cluster-$m" >/dev/null 2>&1 || true
+		if [[ -n ${suite_clusters[$m]:-} ]]; then
+			touch "$work/cluster-$m.stop"
+			wait "${suite_clusters[$m]}" 2>/dev/null || true
+		else
+			"$ROOT/scripts/ceph-cluster.sh" down "$work/cluster-$m" >/dev/null 2>&1 || true
+		fi
 	done
 	ip netns del "$ns" 2>/dev/null || true
 	if grep -q " $work" /proc/mounts; then
@@ -77,10 +87,31 @@ ip -n "$ns" link set lo up
 ip -n "$ns" link add br0 type bridge
 ip -n "$ns" addr add "$NET.1/$LEN" dev br0
 ip -n "$ns" link set br0 up
+# cluster_of MAPPER: the Debian suite whose Ceph serves MAPPER's guest, or host.
+cluster_of() {
+	local kv
+	for kv in ${KERNEL_TEST_CLUSTERS:-krbd=host nbd=host}; do
+		[[ ${kv%%=*} == "$1" ]] && { echo "${kv#*=}"; return; }
+	done
+	echo host
+}
 for m in "${mappers[@]}"; do
-	CEPH_ADDR=$NET.1 CEPH_WITH_MGR=0 nsenter --net="/run/netns/$ns" "$ROOT/scripts/ceph-cluster.sh" up "$work/cluster-$m" >/dev/null
+	c=$(cluster_of "$m")
+	if [[ $c == host ]]; then
+		CEPH_ADDR=$NET.1 CEPH_WITH_MGR=0 nsenter --net="/run/netns/$ns" "$ROOT/scripts/ceph-cluster.sh" up "$work/cluster-$m" >/dev/null
+		continue
+	fi
+	nsenter --net="/run/netns/$ns" "$ROOT/scripts/suite.sh" cluster "$c" "$work/cluster-$m" \
+		CEPH_ADDR="$NET.1" CEPH_WITH_MGR=0 CEPH_KEY_TYPE=aes &
+	suite_clusters[$m]=$!
+	for ((i = 0; i < 240; i++)); do
+		[[ -e $work/cluster-$m.up ]] && break
+		kill -0 "${suite_clusters[$m]}" 2>/dev/null || break
+		sleep 0.5
+	done
+	[[ -e $work/cluster-$m.up ]] || { cat "$work/cluster-$m.log" >&2; die "the $c cluster for $m did not come up"; }
 done
-log "clusters up on $NET.1 in network namespace $ns ($((SECONDS - t0)) s so far)"
+log "clusters up on $NET.1 in network namespace $ns ($((SECONDS - t0)) s so far): $(for m in "${mappers[@]}"; do echo -n "$m: $(cluster_of "$m") "; done)"
 
 # The whole suite takes 25-40 minutes per mapper under TCG on two busy
 # cores, more than CI can give both. krbd, the default mapper, runs all of

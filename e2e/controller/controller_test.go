@@ -122,7 +122,9 @@ func TestConcurrentCreatesMakeOneImagePerName(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			n := i % names
-			for attempt := 0; attempt < 50; attempt++ {
+			// A first connection may take a second or more (Tentacle's
+			// key-type probe, a slow monitor): retry for up to 30 s.
+			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 				resp, err := e.create(t, fmt.Sprintf("conc-%d", n), 10*mib)
 				if status.Code(err) == codes.Aborted {
 					time.Sleep(20 * time.Millisecond)
@@ -137,7 +139,7 @@ func TestConcurrentCreatesMakeOneImagePerName(t *testing.T) {
 				mu.Unlock()
 				return
 			}
-			t.Errorf("conc-%d: still Aborted after 50 attempts", n)
+			t.Errorf("conc-%d: still Aborted after 30 s", n)
 		}(i)
 	}
 	wg.Wait()
