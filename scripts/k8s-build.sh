@@ -12,11 +12,11 @@
 #   - crane (go-containerregistry) to pack OCI images
 #   - OCI image tarballs: pause (sandbox), busybox (test pods, Debian's
 #     busybox-static), one per sidecar (static binary, no base), and the
-#     plugin (a debootstrap'ed Debian rootfs with build/Dockerfile's runtime
-#     packages plus bin/rbdplugin)
+#     plugin (Debian trixie's root with build/Dockerfile's runtime packages,
+#     scripts/rootfs.sh runtime, plus the plugin built against its librbd)
 #
 #   k8s-build.sh [all|cache|deps|kube|sidecars|tools|images|plugin-image]   (default: all;
-#                cache: all but the plugin image, which needs bin/rbdplugin)
+#                cache: all but the plugin image, which needs this commit's plugin)
 #
 # Everything lands in $RBDCSI_E2E_CACHE (default /var/cache/rbdcsi-e2e),
 # outside the repository; a second run only rebuilds the plugin image. Each
@@ -42,8 +42,6 @@ readonly CRANE_VERSION=v0.22.1
 readonly PAUSE_IMAGE=localhost/rbdcsi-e2e/pause:3.10
 readonly BUSYBOX_IMAGE=localhost/rbdcsi-e2e/busybox:1.35
 readonly PLUGIN_IMAGE=localhost/rbdcsi-e2e/rbdplugin:e2e
-# Debian mirror for debootstrap: the one apt already uses on this machine.
-DEBIAN_MIRROR=${DEBIAN_MIRROR:-}
 
 # The Go builds here are not the plugin's: no pacific tag, static binaries.
 export GOFLAGS="-buildvcs=false -trimpath" CGO_ENABLED=0 GOTOOLCHAIN=local
@@ -308,64 +306,44 @@ build_static_images() {
 	fi
 }
 
-# The plugin's runtime packages: the runtime stage of build/Dockerfile.
-# shellcheck disable=SC1003
-dockerfile_runtime_packages() {
-	awk '/^FROM debian:/ {rt = 1} rt' "$ROOT/build/Dockerfile" |
-		sed -n '/apt-get install/,/rm -rf/p' | tr -s '[:space:]\\' '\n' |
-		grep -E '^[a-z0-9][a-z0-9.+-]+$' | grep -vxE 'apt-get|install|rm|rf|y|DEBIAN_FRONTEND=noninteractive' | sort -u
-}
+# The plugin image is the one users get (build/Dockerfile): Debian
+# $PLUGIN_SUITE's runtime root with build/Dockerfile's runtime packages
+# (scripts/rootfs.sh runtime, shared with the Ceph matrix), and the plugin
+# built against that suite's librbd (scripts/suite.sh build).
+readonly PLUGIN_SUITE=${RBDCSI_PLUGIN_SUITE:-trixie}
 
 build_rootfs() {
-	local pkgs key rootfs=$CACHE/rootfs t0 mirror
-	pkgs=$(dockerfile_runtime_packages | paste -sd, -)
-	[[ -n $pkgs ]] || die "no runtime packages found in build/Dockerfile"
-	key="bookworm minbase $pkgs"
-	fresh rootfs "$key" "$rootfs/usr/bin/rbd" && return
-	command -v debootstrap >/dev/null || die "debootstrap is not installed"
-	t0=$(now)
-	mirror=$DEBIAN_MIRROR
-	if [[ -z $mirror ]]; then
-		mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null |
-			awk '$1 == "deb" || $1 == "URIs:" {for (i = 2; i <= NF; i++) if ($i ~ /^https?:\/\/.*\/debian\/?$/) {print $i; exit}}') || true
-	fi
-	[[ -n $mirror ]] || die "no Debian mirror found in apt's sources; set DEBIAN_MIRROR"
-	log "debootstrap bookworm ($mirror) with: $pkgs"
-	rm -rf "$rootfs" "$rootfs.tmp"
-	debootstrap --variant=minbase --include="$pkgs" bookworm "$rootfs.tmp" "$mirror" >"$CACHE/debootstrap.log" 2>&1 ||
-		die "debootstrap failed: see $CACHE/debootstrap.log"
-	# Slim it like a container image: no apt lists, docs or caches.
-	rm -rf "$rootfs.tmp"/var/lib/apt/lists/* "$rootfs.tmp"/var/cache/apt/*.bin "$rootfs.tmp"/var/cache/apt/archives/*.deb \
-		"$rootfs.tmp"/usr/share/doc "$rootfs.tmp"/usr/share/man "$rootfs.tmp"/usr/share/locale "$rootfs.tmp"/var/log/*
-	mv "$rootfs.tmp" "$rootfs"
-	stamp rootfs "$key"
-	log "rootfs built in $(($(now) - t0)) s"
+	"$ROOT/scripts/rootfs.sh" runtime "$PLUGIN_SUITE" >/dev/null
 }
 
 build_plugin_image() {
-	local key dir
-	build_rootfs
-	[[ -x $ROOT/bin/rbdplugin ]] || die "bin/rbdplugin is missing: run make build"
-	key="$PLUGIN_IMAGE $(sha256sum "$ROOT/bin/rbdplugin" | cut -c1-16) $(<"$CACHE/stamps/rootfs")"
+	local key dir rootfs rootkey bin=$CACHE/plugin-$PLUGIN_SUITE
+	rootfs=$("$ROOT/scripts/rootfs.sh" runtime "$PLUGIN_SUITE")
+	rootkey=$(head -1 "$rootfs/.rootfs-complete")
+	"$ROOT/scripts/suite.sh" build "$PLUGIN_SUITE" "$bin" >"$CACHE/plugin-build.log" 2>&1 ||
+		die "building the plugin on $PLUGIN_SUITE failed: $(tail -5 "$CACHE/plugin-build.log")"
+	log "plugin built on $PLUGIN_SUITE: $(head -1 "$CACHE/plugin-build.log")"
+	key="$PLUGIN_IMAGE $(sha256sum "$bin/rbdplugin" | cut -c1-16) $rootkey"
 	fresh image-rbdplugin "$key" "$IMAGES/rbdplugin.tar" && return
 	mkdir -p "$IMAGES"
-	# Two layers: the Debian rootfs (compressed once, cached: crane takes a
-	# gzipped layer as is), then the binary.
-	if ! fresh rootfs-layer "$(<"$CACHE/stamps/rootfs")" "$CACHE/rootfs-layer.tar.gz"; then
-		tar --numeric-owner -C "$CACHE/rootfs" -cf - . | gzip -6 >"$CACHE/rootfs-layer.tar.gz.tmp"
+	# Two layers: the Debian root (compressed once, cached: crane takes a
+	# gzipped layer as is), slimmed like a container image, then the binary.
+	if ! fresh rootfs-layer "$rootkey" "$CACHE/rootfs-layer.tar.gz"; then
+		tar --numeric-owner -C "$rootfs" --exclude=./usr/share/doc --exclude=./usr/share/man --exclude=./usr/share/locale \
+			--exclude='./var/lib/apt/lists/*' --exclude='./var/cache/apt/*' --exclude='./var/log/*' --exclude=./.rootfs-complete \
+			-cf - . | gzip -6 >"$CACHE/rootfs-layer.tar.gz.tmp"
 		mv "$CACHE/rootfs-layer.tar.gz.tmp" "$CACHE/rootfs-layer.tar.gz"
-		rm -f "$CACHE/rootfs-layer.tar"
-		stamp rootfs-layer "$(<"$CACHE/stamps/rootfs")"
+		stamp rootfs-layer "$rootkey"
 	fi
 	dir=$(mktemp -d)
-	install -D -m 0755 "$ROOT/bin/rbdplugin" "$dir/usr/local/bin/rbdplugin"
+	install -D -m 0755 "$bin/rbdplugin" "$dir/usr/local/bin/rbdplugin"
 	tar --numeric-owner --owner=0 --group=0 -C "$dir" -cf "$dir.bin.tar" .
 	pack_image "$PLUGIN_IMAGE" "$IMAGES/rbdplugin.tar" /usr/local/bin/rbdplugin \
 		PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 		"$CACHE/rootfs-layer.tar.gz" "$dir.bin.tar"
 	rm -rf "$dir" "$dir.bin.tar"
 	stamp image-rbdplugin "$key"
-	log "plugin image: $IMAGES/rbdplugin.tar"
+	log "plugin image ($PLUGIN_SUITE): $IMAGES/rbdplugin.tar"
 }
 
 main() {
