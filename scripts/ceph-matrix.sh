@@ -30,11 +30,8 @@ readonly PROG=${0##*/}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 readonly ROOT
 readonly SUITES=(contract controller node sanity)
-log() { echo "$PROG: $*" >&2; }
-die() {
-	log "$*"
-	exit 1
-}
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
 
 [[ $(id -u) == 0 ]] || die "run as root (chroots, mounts, loop devices)"
 cells=("$@")
@@ -59,13 +56,7 @@ cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
 	[[ -z $holder ]] || release_hold
-	if grep -q " $work" /proc/mounts; then
-		log "mounts left under $work; not removing it"
-	elif [[ ${MATRIX_KEEP:-0} == 1 ]]; then
-		log "kept $work"
-	else
-		rm -rf "$work"
-	fi
+	remove_work "$work" "${MATRIX_KEEP:-0}"
 	exit "$rc"
 }
 trap cleanup EXIT
@@ -144,23 +135,16 @@ readonly RUN_SUITES='set -u; src=$1 bin=$2; shift 2; rc=0
 # $work/hold/cluster, up until release_hold (scripts/suite.sh cluster, in
 # the background).
 hold() {
-	local suite=$1 dir=$work/hold i
+	local suite=$1 dir=$work/hold
 	shift
 	mkdir -p "$dir"
 	"$ROOT/scripts/suite.sh" cluster "$suite" "$dir/cluster" CEPH_WITH_MGR=1 "$@" &
 	holder=$!
-	for ((i = 0; i < 240; i++)); do
-		[[ -e $dir/cluster.up ]] && return 0
-		kill -0 "$holder" 2>/dev/null || break
-		sleep 0.5
-	done
-	cat "$dir/cluster.log" >&2 || true
-	die "the $suite cluster did not come up"
+	wait_cluster "$dir/cluster" "$holder" "the $suite cluster"
 }
 
 release_hold() {
-	touch "$work/hold/cluster.stop"
-	wait "$holder" || true
+	stop_cluster "$work/hold/cluster" "$holder"
 	holder=
 }
 

@@ -17,11 +17,8 @@ set -euo pipefail
 readonly PROG=${0##*/}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 readonly ROOT
-log() { echo "$PROG: $*" >&2; }
-die() {
-	log "$*"
-	exit 1
-}
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
 
 [[ $(id -u) == 0 ]] || die "run as root (debootstrap, namespaces, chroot)"
 commit=$(git -C "$ROOT" rev-parse HEAD)
@@ -51,13 +48,7 @@ cleanup() {
 		pgrep -f "rootfs.sh _inner $base" >/dev/null || break
 		sleep 0.5
 	done
-	if grep -q " $work/" /proc/mounts; then
-		log "mounts left under $work; not removing it"
-	elif [[ ${FRESH_KEEP:-0} == 1 ]]; then
-		log "kept $work"
-	else
-		rm -rf "$work"
-	fi
+	remove_work "$work" "${FRESH_KEEP:-0}"
 	exit "$rc"
 }
 trap cleanup EXIT

@@ -46,11 +46,8 @@ readonly PLUGIN_IMAGE=localhost/rbdcsi-e2e/rbdplugin:e2e
 # The Go builds here are not the plugin's: no pacific tag, static binaries.
 export GOFLAGS="-buildvcs=false -trimpath" CGO_ENABLED=0 GOTOOLCHAIN=local
 
-log() { echo "$PROG: $*" >&2; }
-die() {
-	log "$*"
-	exit 1
-}
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
 now() { date +%s; }
 
 # stamp NAME KEY: true if $BIN/.NAME.stamp records KEY (and the outputs exist).
@@ -79,18 +76,6 @@ moddir() {
 # rootfs), busybox-static (the test pods' image), openssl and curl.
 readonly E2E_PACKAGES=(etcd-server containerd runc containernetworking-plugins iptables conntrack
 	debootstrap busybox-static openssl curl binutils)
-
-install_packages() {
-	local p missing=()
-	for p in "${E2E_PACKAGES[@]}"; do
-		dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
-	done
-	((${#missing[@]})) || return 0
-	[[ $(id -u) == 0 ]] || die "missing packages (${missing[*]}); run as root"
-	log "installing: ${missing[*]}"
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-}
 
 # --- Kubernetes ---------------------------------------------------------------
 
@@ -363,16 +348,16 @@ main() {
 	cache)
 		# Everything that does not depend on this commit's plugin binary:
 		# CI runs it in the background while the tests run.
-		install_packages
+		need_packages "${E2E_PACKAGES[@]}"
 		build_tools
 		build_kube
 		build_sidecars
 		build_static_images
 		build_rootfs
 		;;
-	deps) install_packages ;;
+	deps) need_packages "${E2E_PACKAGES[@]}" ;;
 	all)
-		install_packages
+		need_packages "${E2E_PACKAGES[@]}"
 		build_tools
 		build_kube
 		build_sidecars

@@ -48,11 +48,8 @@ readonly PAUSE_IMAGE=localhost/rbdcsi-e2e/pause:3.10
 readonly HOST_PATHS=(/var/lib/rbdcsi /run/mount /run/containerd /run/netns /var/lib/cni)
 readonly SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 
-log() { echo "$PROG: $*" >&2; }
-die() {
-	log "$*"
-	exit 1
-}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck source-path=SCRIPTDIR source=k8s-node-files.sh
 . "$(dirname -- "${BASH_SOURCE[0]}")/k8s-node-files.sh"
 

@@ -3,6 +3,7 @@
 # outside the repository, and a way to run a command chrooted into one
 # without leaving anything behind.
 #
+#   rootfs.sh deps            install what building a root needs (debootstrap)
 #   rootfs.sh base SUITE      print the path of SUITE's untouched minbase root
 #                             (debootstrap on first use; e.g. bookworm)
 #   rootfs.sh runtime SUITE   print the path of SUITE's plugin root: minbase
@@ -35,11 +36,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 readonly HERE
 readonly CACHE=${RBDCSI_ROOTFS_CACHE:-/var/cache/rbdcsi-rootfs}
 
-log() { echo "$PROG: $*" >&2; }
-die() {
-	log "$*"
-	exit 1
-}
+# shellcheck source=scripts/lib.sh
+source "$HERE/lib.sh"
 
 # Packages this script needs on the host.
 readonly ROOTFS_PACKAGES=(debootstrap)
@@ -51,18 +49,6 @@ readonly DEV_PACKAGES=(ceph-mon ceph-osd ceph-mgr ceph-base librbd-dev librados-
 # apt's options for a mirror that serves a snapshot of the archive, whose
 # Release files are past their Valid-Until date (as on this machine).
 readonly APT_OPTS=(-o Acquire::Check-Valid-Until=false -o Acquire::Check-Date=false)
-
-need_packages() {
-	local p missing=()
-	for p in "$@"; do
-		dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
-	done
-	((${#missing[@]})) || return 0
-	[[ $(id -u) == 0 ]] || die "missing packages (${missing[*]}); run as root"
-	log "installing: ${missing[*]}"
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-}
 
 # The Debian mirror apt already uses on this machine (DEBIAN_MIRROR wins).
 debian_mirror() {
@@ -262,6 +248,7 @@ reap() {
 }
 
 case ${1:-} in
+deps) need_packages "${ROOTFS_PACKAGES[@]}" ;;
 base | runtime | dev)
 	(($# == 2)) || die "usage: $PROG $1 SUITE"
 	"$1" "$2"
@@ -275,7 +262,7 @@ _inner)
 	_inner "$@"
 	;;
 *)
-	echo "usage: $PROG base|runtime|dev SUITE | run ROOT CMD..." >&2
+	echo "usage: $PROG deps | base|runtime|dev SUITE | run ROOT CMD..." >&2
 	exit 2
 	;;
 esac
