@@ -19,27 +19,32 @@
 # Environment: KERNEL_TEST_RUN='TestBlock|TestFilesystem' picks tests (go
 # test -run) for every mapper; KERNEL_TEST_FULL=1 runs the whole suite with
 # nbd too (below); KERNEL_TEST_KEEP=1 keeps the work directory (logs).
-# KERNEL_TEST_CLUSTERS='krbd=forky nbd=host' picks each (default: host for both)
-# mapper's cluster: host is this machine's Ceph, a Debian suite runs that
-# suite's release in a chroot of its cached root (scripts/suite.sh cluster),
-# with AES keys, which the guest's kernel (Linux 6.1) and tools need.
+# KERNEL_TEST_USERLAND=SUITE|host is the guests' userland (default: trixie,
+# the plugin image's suite): its Ceph tools (rbd map, rbd-nbd) and the
+# plugin and node suite built against its librbd (scripts/suite.sh build),
+# with the /usr and /etc of the suite's cached roots (runtime and the test
+# layer, which has iproute2) merged read-only; host is this machine's own.
+# KERNEL_TEST_CLUSTERS='krbd=forky nbd=host' picks each mapper's cluster
+# (default: krbd=forky nbd=host): host is this machine's Ceph, a Debian
+# suite runs that suite's release in a chroot of its cached root
+# (scripts/suite.sh cluster), with AES keys, which the guest's kernel
+# (Linux 6.1) and older tools need.
 set -euo pipefail
 
 readonly PROG=${0##*/}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 readonly ROOT
 readonly NET=198.18.0 LEN=24
-log() { echo "$PROG: $*" >&2; }
-die() {
-	log "$*"
-	exit 1
-}
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
 
 [[ $(id -u) == 0 ]] || die "run as root (network namespace, tap devices, QEMU)"
 mappers=("$@")
 ((${#mappers[@]})) || mappers=(krbd nbd)
 for m in "${mappers[@]}"; do [[ $m == krbd || $m == nbd ]] || die "unknown mapper $m (krbd or nbd)"; done
-[[ -x $ROOT/bin/rbdplugin ]] || die "no bin/rbdplugin: run make build (make kernel-test does)"
+userland=${KERNEL_TEST_USERLAND:-trixie}
+[[ $userland == host || $userland =~ ^[a-z]+$ ]] || die "bad KERNEL_TEST_USERLAND: $userland"
+[[ $userland != host || -x $ROOT/bin/rbdplugin ]] || die "no bin/rbdplugin: run make build (make kernel-test does)"
 
 t0=$SECONDS
 kdir=$("$ROOT/scripts/kernel-vm.sh" kernel)
@@ -57,20 +62,14 @@ cleanup() {
 	for pid in "${guests[@]}"; do wait "$pid" 2>/dev/null || true; done
 	for m in "${mappers[@]}"; do
 		if [[ -n ${suite_clusters[$m]:-} ]]; then
-			touch "$work/cluster-$m.stop"
-			wait "${suite_clusters[$m]}" 2>/dev/null || true
+			stop_cluster "$work/cluster-$m" "${suite_clusters[$m]}"
 		else
 			"$ROOT/scripts/ceph-cluster.sh" down "$work/cluster-$m" >/dev/null 2>&1 || true
 		fi
 	done
 	ip netns del "$ns" 2>/dev/null || true
-	if grep -q " $work" /proc/mounts; then
-		log "mounts left under $work; not removing it"
-	elif [[ ${KERNEL_TEST_KEEP:-0} == 1 ]]; then
-		log "kept $work"
-	else
-		rm -rf "$work"
-	fi
+	! mountpoint -q "$work/userland" || umount "$work/userland" || log "could not unmount $work/userland"
+	remove_work "$work" "${KERNEL_TEST_KEEP:-0}"
 	exit "$rc"
 }
 trap cleanup EXIT
@@ -79,8 +78,20 @@ trap 'exit 143' TERM
 
 "$ROOT/scripts/kernel-vm.sh" initramfs "$work/initrd.gz"
 mkdir -p "$work/bin"
-cp "$ROOT/bin/rbdplugin" "$work/bin/"
-(cd "$ROOT" && go test -c -o "$work/bin/node.test" ./e2e/node) || die "building the node suite failed"
+if [[ $userland == host ]]; then
+	cp "$ROOT/bin/rbdplugin" "$work/bin/"
+	(cd "$ROOT" && go test -c -o "$work/bin/node.test" ./e2e/node) || die "building the node suite failed"
+	vm_userland=/
+else
+	"$ROOT/scripts/suite.sh" build "$userland" "$work/bin" node >"$work/build.log" 2>&1 ||
+		{ tail -30 "$work/build.log" >&2; die "building on $userland failed"; }
+	log "built on $userland: $(head -1 "$work/build.log")"
+	# One read-only view of the runtime root and its test layer, shared
+	# with the guests by 9p.
+	vm_userland=$work/userland
+	mkdir -p "$vm_userland"
+	mount -t overlay overlay -o "ro,lowerdir=$("$ROOT/scripts/rootfs.sh" dev "$userland"):$("$ROOT/scripts/rootfs.sh" runtime "$userland")" "$vm_userland"
+fi
 
 ip netns add "$ns"
 ip -n "$ns" link set lo up
@@ -90,7 +101,7 @@ ip -n "$ns" link set br0 up
 # cluster_of MAPPER: the Debian suite whose Ceph serves MAPPER's guest, or host.
 cluster_of() {
 	local kv
-	for kv in ${KERNEL_TEST_CLUSTERS:-krbd=host nbd=host}; do
+	for kv in ${KERNEL_TEST_CLUSTERS:-krbd=forky nbd=host}; do
 		[[ ${kv%%=*} == "$1" ]] && { echo "${kv#*=}"; return; }
 	done
 	echo host
@@ -104,14 +115,9 @@ for m in "${mappers[@]}"; do
 	nsenter --net="/run/netns/$ns" "$ROOT/scripts/suite.sh" cluster "$c" "$work/cluster-$m" \
 		CEPH_ADDR="$NET.1" CEPH_WITH_MGR=0 CEPH_KEY_TYPE=aes &
 	suite_clusters[$m]=$!
-	for ((i = 0; i < 240; i++)); do
-		[[ -e $work/cluster-$m.up ]] && break
-		kill -0 "${suite_clusters[$m]}" 2>/dev/null || break
-		sleep 0.5
-	done
-	[[ -e $work/cluster-$m.up ]] || { cat "$work/cluster-$m.log" >&2; die "the $c cluster for $m did not come up"; }
+	wait_cluster "$work/cluster-$m" "${suite_clusters[$m]}" "the $c cluster for $m"
 done
-log "clusters up on $NET.1 in network namespace $ns ($((SECONDS - t0)) s so far): $(for m in "${mappers[@]}"; do echo -n "$m: $(cluster_of "$m") "; done)"
+log "clusters up on $NET.1 in network namespace $ns ($((SECONDS - t0)) s so far): $(for m in "${mappers[@]}"; do echo -n "$m: $(cluster_of "$m") "; done)userland: $userland"
 
 # The whole suite takes 25-40 minutes per mapper under TCG on two busy
 # cores, more than CI can give both. krbd, the default mapper, runs all of
@@ -167,7 +173,7 @@ for m in "${mappers[@]}"; do
 	ip -n "$ns" link set "tap$n" up
 	job "$m"
 	log "booting a guest for the node suite with $m"
-	setsid nsenter --net="/run/netns/$ns" "$ROOT/scripts/kernel-vm.sh" boot "$kdir" "$work/initrd.gz" "$NET.$n/$LEN" "tap$n" \
+	VM_USERLAND=$vm_userland setsid nsenter --net="/run/netns/$ns" "$ROOT/scripts/kernel-vm.sh" boot "$kdir" "$work/initrd.gz" "$NET.$n/$LEN" "tap$n" \
 		"$work/$m" "$work/bin" "$work/cluster-$m" >"$work/$m/console" 2>&1 &
 	guests+=($!)
 done

@@ -2,9 +2,10 @@
 # kernel-vm.sh: a real Debian kernel under QEMU, for the tests that need
 # kernel drivers this machine's own kernel lacks (krbd, nbd, dm-crypt, online
 # resize). The kernel package is downloaded and unpacked into a cache outside
-# the repository, never installed on the host; the guest runs the host's own
-# /usr and /etc, shared read-only by virtio-9p, so the plugin, the test
-# binaries and the Ceph tools it runs are the host's.
+# the repository, never installed on the host; the guest's userland is the
+# /usr and /etc of a root on the host ($VM_USERLAND: a cached Debian root,
+# scripts/rootfs.sh; default: the host's own), shared read-only by
+# virtio-9p, so the Ceph tools the tests run are that root's.
 #
 #   kernel-vm.sh kernel               fetch (once) and print the kernel's directory
 #   kernel-vm.sh initramfs OUT        busybox + scripts/vm-init.sh + the modules, into OUT
@@ -13,7 +14,7 @@
 #        JOBDIR and each HOSTDIR read-write at the same path, run JOBDIR/run.sh
 #        in it and exit with its status. The console goes to stdout.
 #
-# Environment: RBDCSI_KERNEL_CACHE (default /var/cache/rbdcsi-kernel),
+# Environment: VM_USERLAND (default /), RBDCSI_KERNEL_CACHE (default /var/cache/rbdcsi-kernel),
 # VM_MEMORY (MiB, default 1536), VM_CPUS (default 2), VM_TIMEOUT (seconds,
 # default 2700: a hung guest is killed).
 set -euo pipefail
@@ -29,23 +30,8 @@ readonly KERNEL_PACKAGES=(qemu-system-x86 busybox-static cpio)
 # What the tests load in the guest; dependencies come from modprobe.
 readonly MODULES=(virtio_pci virtio_net virtio_rng 9pnet_virtio 9p rbd nbd ext4 xfs dm_crypt)
 
-log() { echo "$PROG: $*" >&2; }
-die() {
-	log "$*"
-	exit 1
-}
-
-need_packages() {
-	local p missing=()
-	for p in "$@"; do
-		dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
-	done
-	((${#missing[@]})) || return 0
-	[[ $(id -u) == 0 ]] || die "missing packages (${missing[*]}); run as root"
-	log "installing: ${missing[*]}"
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-}
+# shellcheck source=scripts/lib.sh
+source "$HERE/lib.sh"
 
 # kernel: Debian 12's current kernel package (what linux-image-amd64 points
 # at), unpacked with its modules indexed. Prints the directory: it holds
@@ -107,15 +93,18 @@ initramfs() {
 # boot KDIR INITRD IP TAP JOBDIR [HOSTDIR...]
 boot() {
 	(($# >= 5)) || die "usage: $PROG boot KDIR INITRD IP TAP JOBDIR [HOSTDIR...]"
-	local kdir=$1 initrd=$2 ip=$3 tap=$4 job=$5 shares="" n=0 d mac
+	local kdir=$1 initrd=$2 ip=$3 tap=$4 job=$5 shares="" n=0 d mac user=${VM_USERLAND:-/}
 	shift 5
 	[[ -f $job/run.sh ]] || die "no $job/run.sh"
+	user=${user%/}
+	[[ -z $user || ($user == /* && $user != *[,=\ ]* && -x $user/usr/bin/env) ]] ||
+		die "VM_USERLAND must be an absolute path to a root with /usr/bin/env, without commas, = or spaces: $user"
 	rm -f "$job/rc"
 	local args=(-accel tcg -m "${VM_MEMORY:-1536}" -smp "${VM_CPUS:-2}" -nographic -no-reboot
 		-kernel "$kdir/vmlinuz" -initrd "$initrd"
 		-device virtio-rng-pci
-		-virtfs "local,path=/usr,mount_tag=usr,security_model=none,readonly=on"
-		-virtfs "local,path=/etc,mount_tag=etc,security_model=none,readonly=on")
+		-virtfs "local,path=$user/usr,mount_tag=usr,security_model=none,readonly=on"
+		-virtfs "local,path=$user/etc,mount_tag=etc,security_model=none,readonly=on")
 	for d in "$job" "$@"; do
 		[[ $d == /* && $d != *[,=\ ]* ]] || die "share paths must be absolute, without commas, = or spaces: $d"
 		args+=(-virtfs "local,path=$d,mount_tag=s$n,security_model=none")

@@ -2,7 +2,7 @@
 # shellcheck shell=sh
 # vm-init.sh: /init of the kernel-test guest's initramfs (busybox sh; see
 # scripts/kernel-vm.sh). It loads the modules the test needs, brings up the
-# network, builds a root from the host's /usr and /etc (virtio-9p, read-only)
+# network, builds a root from a host root's /usr and /etc (virtio-9p, read-only)
 # plus tmpfs, mounts the job's shares at the host paths they come from, runs
 # the job script in a chroot, records its exit code in the job directory and
 # powers off. Kernel command line:
