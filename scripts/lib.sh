@@ -52,8 +52,10 @@ wait_cluster() {
 	die "$what did not come up"
 }
 
-# stop_cluster DIR PID: ask the cluster at DIR to go down and wait for PID.
+# stop_cluster DIR PID: ask the cluster at DIR to go down, wait for PID,
+# and remove the signal files, so that a next cluster at DIR starts clean.
 stop_cluster() {
 	touch "$1.stop"
 	wait "$2" 2>/dev/null || true
+	rm -f "$1.up" "$1.stop"
 }

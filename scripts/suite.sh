@@ -77,7 +77,9 @@ cluster() {
 	local suite=$1 dir=$2
 	shift 2
 	[[ $dir == /* ]] || die "the cluster directory must be absolute: $dir"
-	rm -f "$dir.up" "$dir.stop"
+	# Removing them here would race with a caller that stops the cluster
+	# before this runs; stop_cluster (scripts/lib.sh) removes them.
+	[[ ! -e $dir.up && ! -e $dir.stop ]] || die "$dir.up or $dir.stop is left from an earlier cluster: remove it first"
 	# shellcheck disable=SC2016 # expanded by the inner shell
 	SUITE_BINDS="${SUITE_BINDS:-} $(dirname "$dir")" SUITE_ENV="${SUITE_ENV:-} $*" run "$suite" /bin/bash -c '
 		/src/scripts/ceph-cluster.sh up "$1" >"$1.log" 2>&1 || exit 1
