@@ -189,6 +189,19 @@ func (c *Ceph) imageSpace(p rbd.Pool) (*space, error) {
 	return s, nil
 }
 
+// named finds an image with a header and its space. Called with c.mu held.
+func (c *Ceph) named(p rbd.Pool, name string) (*space, *image, error) {
+	s, err := c.space(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	img, err := s.byName(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, img, nil
+}
+
 // byName finds an image with a header. Called with c.mu held.
 func (s *space) byName(name string) (*image, error) {
 	id, ok := s.dir[name]

@@ -16,11 +16,7 @@ import (
 func (c *Ceph) Watch(p rbd.Pool, name string) (unwatch func(), err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s, err := c.space(p)
-	if err != nil {
-		return nil, err
-	}
-	img, err := s.byName(name)
+	_, img, err := c.named(p, name)
 	if err != nil {
 		return nil, err
 	}
@@ -41,11 +37,7 @@ func (c *Ceph) Watch(p rbd.Pool, name string) (unwatch func(), err error) {
 func (c *Ceph) RemoveHeader(p rbd.Pool, name string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s, err := c.space(p)
-	if err != nil {
-		return err
-	}
-	img, err := s.byName(name)
+	s, img, err := c.named(p, name)
 	if err != nil {
 		return err
 	}
@@ -60,11 +52,7 @@ func (c *Ceph) RemoveHeader(p rbd.Pool, name string) error {
 func (c *Ceph) DetachBehind(p rbd.Pool, child string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s, err := c.space(p)
-	if err != nil {
-		return err
-	}
-	img, err := s.byName(child)
+	_, img, err := c.named(p, child)
 	if err != nil {
 		return err
 	}

@@ -66,11 +66,7 @@ func (c *Ceph) withImage(ctx context.Context, p rbd.Pool, name string, write boo
 		return err
 	}
 	defer c.mu.Unlock()
-	s, err := c.space(p)
-	if err != nil {
-		return err
-	}
-	img, err := s.byName(name)
+	s, img, err := c.named(p, name)
 	if err != nil {
 		return err
 	}
