@@ -68,7 +68,7 @@ cleanup() {
 		fi
 	done
 	ip netns del "$ns" 2>/dev/null || true
-	! mountpoint -q "$work/userland" || umount "$work/userland" || log "could not unmount $work/userland"
+	! grep -q " $work/userland " /proc/mounts || umount "$work/userland" || log "could not unmount $work/userland"
 	remove_work "$work" "${KERNEL_TEST_KEEP:-0}"
 	exit "$rc"
 }
