@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 	mount "k8s.io/mount-utils"
 
+	"github.com/rbdcsi/rbdcsi/internal/command"
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/driver"
 	"github.com/rbdcsi/rbdcsi/internal/mapper"
@@ -62,7 +63,7 @@ func newNode(f flags, clusters *config.ClusterMap, fence node.Fence, fault func(
 	if err != nil {
 		return nil, nil, fmt.Errorf("--state-dir: %w", err)
 	}
-	run := mapper.ExecRunner{Timeout: nf.mapTimeout}
+	run := command.ExecRunner{Timeout: nf.mapTimeout}
 	mappers := map[string]mapper.Mapper{
 		mapper.KRBD: mapper.NewKRBD(mapper.CLIOptions{Runner: run, Keys: keys}),
 		mapper.NBD:  mapper.NewNBD(mapper.CLIOptions{Runner: run, Keys: keys}),
@@ -78,7 +79,7 @@ func newNode(f flags, clusters *config.ClusterMap, fence node.Fence, fault func(
 		// FUSE daemon here (rbd-fuse) is started by the plugin itself.
 		// runs: mount umount (k8s.io/mount-utils mounts and unmounts with them)
 		Mounter:           mount.NewWithoutSystemd(""),
-		Runner:            mapper.ExecRunner{Timeout: nf.fsTimeout},
+		Runner:            command.ExecRunner{Timeout: nf.fsTimeout},
 		StateDir:          nf.stateDir,
 		MaxVolumesPerNode: nf.maxVolumes,
 		Clusters:          clusters,

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/rbdcsi/rbdcsi/internal/command"
 )
 
 // rbdCLI maps through `rbd device map`, the krbd and nbd way; they differ
@@ -17,7 +19,7 @@ import (
 // the JSON `rbd device list` prints.
 type rbdCLI struct {
 	name    string // KRBD or NBD
-	run     Runner
+	run     command.Runner
 	keys    KeyDir
 	sysRoot string // "/" outside tests
 	// probe says why the kernel cannot serve this mapper, "" if it can.
@@ -29,7 +31,7 @@ type rbdCLI struct {
 
 // CLIOptions configure the krbd and nbd mappers.
 type CLIOptions struct {
-	Runner Runner
+	Runner command.Runner
 	Keys   KeyDir
 	// SysRoot prefixes /sys and /dev paths (tests); empty means "/".
 	SysRoot string
@@ -62,7 +64,7 @@ func newCLI(name string, o CLIOptions, probe func(string) string) *rbdCLI {
 	}
 	run := o.Runner
 	if run == nil {
-		run = ExecRunner{}
+		run = command.ExecRunner{}
 	}
 	return &rbdCLI{name: name, run: run, keys: o.Keys, sysRoot: root, probe: probe}
 }
@@ -326,7 +328,7 @@ func parseDeviceList(out []byte) ([]Mapped, error) {
 // plugin's container) says "(2) No such file or directory" too: neither
 // may pass for a missing image.
 func classify(err error) error {
-	var ce *CmdError
+	var ce *command.Error
 	if !errors.As(err, &ce) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/rbdcsi/rbdcsi/internal/command"
 	"github.com/rbdcsi/rbdcsi/internal/config"
 )
 
@@ -148,7 +149,7 @@ func TestMapFailureRedactsAndClassifies(t *testing.T) {
 		if slices.Contains(argv, "list") {
 			return nil, nil
 		}
-		return nil, &CmdError{Cmd: "rbd device", Stderr: "rbd: error opening image csi-vol-1: (2) No such file or directory; bad key " + testKey, Err: errors.New("exit status 2")}
+		return nil, &command.Error{Cmd: "rbd device", Stderr: "rbd: error opening image csi-vol-1: (2) No such file or directory; bad key " + testKey, Err: errors.New("exit status 2")}
 	}}
 	m := newCLI(NBD, CLIOptions{Runner: run, Keys: keys}, nil)
 	_, err := m.Map(context.Background(), mapReq())
@@ -276,14 +277,14 @@ func TestClassifyIgnoresConfigNoiseAndTimeouts(t *testing.T) {
 		"2026-11-24T11:35:09.104+0000 7fa72b75c380 -1 Errors while parsing config file!\n" +
 		"2026-11-24T11:35:09.104+0000 7fa72b75c380 -1 can't open ceph.conf: (2) No such file or directory\n"
 	for name, err := range map[string]error{
-		"timeout":      &CmdError{Cmd: "rbd device map", Stderr: noise, Err: fmt.Errorf("%w (after 1m0s)", context.DeadlineExceeded)},
-		"other errors": &CmdError{Cmd: "rbd device map", Stderr: noise + "rbd: sysfs write failed\n", Err: errors.New("exit status 1")},
+		"timeout":      &command.Error{Cmd: "rbd device map", Stderr: noise, Err: fmt.Errorf("%w (after 1m0s)", context.DeadlineExceeded)},
+		"other errors": &command.Error{Cmd: "rbd device map", Stderr: noise + "rbd: sysfs write failed\n", Err: errors.New("exit status 1")},
 	} {
 		if got := classify(err); errors.Is(got, ErrNotFound) {
 			t.Errorf("%s: classified as a missing image: %v", name, got)
 		}
 	}
-	missing := &CmdError{Cmd: "rbd device map", Stderr: noise + "rbd: error opening image x: (2) No such file or directory\n", Err: errors.New("exit status 2")}
+	missing := &command.Error{Cmd: "rbd device map", Stderr: noise + "rbd: error opening image x: (2) No such file or directory\n", Err: errors.New("exit status 2")}
 	if got := classify(missing); !errors.Is(got, ErrNotFound) {
 		t.Errorf("a missing image behind config noise: %v, want ErrNotFound", got)
 	}
@@ -307,9 +308,9 @@ func TestNBDMapOfAMissingImage(t *testing.T) {
 				if exists {
 					return []byte("{}"), nil
 				}
-				return nil, &CmdError{Cmd: "rbd info", Stderr: "rbd: error opening image csi-vol-1: (2) No such file or directory", Err: errors.New("exit status 2")}
+				return nil, &command.Error{Cmd: "rbd info", Stderr: "rbd: error opening image csi-vol-1: (2) No such file or directory", Err: errors.New("exit status 2")}
 			}
-			return nil, &CmdError{Cmd: "rbd device map", Stderr: "rbd: rbd-nbd failed with error: /usr/bin/rbd-nbd: exit status: 1", Err: errors.New("exit status 22")}
+			return nil, &command.Error{Cmd: "rbd device map", Stderr: "rbd: rbd-nbd failed with error: /usr/bin/rbd-nbd: exit status: 1", Err: errors.New("exit status 22")}
 		}}
 		m := newCLI(NBD, CLIOptions{Runner: run, Keys: keys}, nil)
 		_, err := m.Map(context.Background(), mapReq())

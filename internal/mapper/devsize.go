@@ -3,21 +3,10 @@ package mapper
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
 	"time"
-)
 
-// DeviceSize returns the size of a block device (or of a file).
-func DeviceSize(path string) (int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	// Seeking to the end works for block devices, where Stat says 0.
-	return f.Seek(0, io.SeekEnd)
-}
+	"github.com/rbdcsi/rbdcsi/internal/blockdev"
+)
 
 // pollInterval paces the waits below; sizes and mounts settle in
 // milliseconds to seconds.
@@ -32,7 +21,7 @@ func waitDeviceSize(ctx context.Context, device string, minBytes int64, refresh 
 				return 0, err
 			}
 		}
-		size, err := DeviceSize(device)
+		size, err := blockdev.Size(device)
 		if err != nil {
 			return 0, err
 		}

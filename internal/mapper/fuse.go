@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rbdcsi/rbdcsi/internal/command"
 )
 
 // fuseMapper exposes the image as a file with rbd-fuse, in a private
@@ -22,7 +24,7 @@ import (
 type fuseMapper struct {
 	dir     string // per-volume directories live here (0700)
 	keys    KeyDir
-	run     Runner
+	run     command.Runner
 	connect time.Duration
 	sysRoot string
 }
@@ -33,7 +35,7 @@ type FuseOptions struct {
 	// the node (not in a container layer that a restart throws away).
 	Dir    string
 	Keys   KeyDir
-	Runner Runner
+	Runner command.Runner
 	// ConnectTimeout bounds rbd-fuse's connection to the cluster.
 	ConnectTimeout time.Duration
 	// SysRoot prefixes /sys, /proc and /dev paths (tests); empty means "/".
@@ -44,7 +46,7 @@ type FuseOptions struct {
 func NewFuse(o FuseOptions) Mapper {
 	f := &fuseMapper{dir: o.Dir, keys: o.Keys, run: o.Runner, connect: o.ConnectTimeout, sysRoot: o.SysRoot}
 	if f.run == nil {
-		f.run = ExecRunner{}
+		f.run = command.ExecRunner{}
 	}
 	if f.connect <= 0 {
 		f.connect = 30 * time.Second
@@ -181,7 +183,7 @@ func (f *fuseMapper) start(ctx context.Context, p fusePaths, req MapRequest) err
 	defer func() { logf.Close(); os.Remove(p.log) }()
 
 	cmd := exec.Command("rbd-fuse", fuseArgs(p, req, keyFile)...)
-	cmd.Env = CleanEnv()
+	cmd.Env = command.CleanEnv()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own session: a signal to the plugin's process group must not
 	// take the mapping (and the filesystem on it) down.
@@ -194,7 +196,7 @@ func (f *fuseMapper) start(ctx context.Context, p fusePaths, req MapRequest) err
 
 	fail := func(what string, err error) error {
 		out, _ := os.ReadFile(p.log)
-		msg := fmt.Errorf("fuse map %s: %s: %w: %s", req.Image, what, err, tail(squeeze(string(out)), 600))
+		msg := fmt.Errorf("fuse map %s: %s: %w: %s", req.Image, what, err, command.Tail(squeeze(string(out)), 600))
 		if unreachable(string(out)) {
 			msg = fmt.Errorf("%w: %w", ErrUnavailable, msg)
 		}

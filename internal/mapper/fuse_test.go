@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rbdcsi/rbdcsi/internal/command"
 )
 
 func TestFuseArgs(t *testing.T) {
@@ -118,7 +120,7 @@ func TestFindProcs(t *testing.T) {
 }
 
 func TestRedact(t *testing.T) {
-	base := &CmdError{Cmd: "rbd-fuse", Stderr: "val=" + testKey + ": Malformed input", Err: ErrNotFound}
+	base := &command.Error{Cmd: "rbd-fuse", Stderr: "val=" + testKey + ": Malformed input", Err: ErrNotFound}
 	err := redact(base, testKey)
 	if strings.Contains(err.Error(), testKey) || !strings.Contains(err.Error(), "<redacted>") {
 		t.Errorf("redacted: %v", err)

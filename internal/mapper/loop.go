@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rbdcsi/rbdcsi/internal/command"
 )
 
 // loopsFor returns the loop devices backed by file, read from sysfs (no
@@ -50,7 +52,7 @@ func losetupAttachArgs(file string, readOnly bool) []string {
 
 // losetupAttach puts a loop device on file; losetup itself copes with
 // concurrent callers racing for the same free device.
-func losetupAttach(ctx context.Context, run Runner, file string, readOnly bool) (string, error) {
+func losetupAttach(ctx context.Context, run command.Runner, file string, readOnly bool) (string, error) {
 	out, err := run.Run(ctx, "losetup", losetupAttachArgs(file, readOnly)...)
 	if err != nil {
 		return "", err

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rbdcsi/rbdcsi/internal/mapper"
+	"github.com/rbdcsi/rbdcsi/internal/blockdev"
 )
 
 // diskFormat says what is on a device: a filesystem type, partitionTable
@@ -107,7 +107,7 @@ func (n *Node) growExt4Offline(ctx context.Context, device string) error {
 	if err != nil {
 		return err
 	}
-	devBytes, err := mapper.DeviceSize(device)
+	devBytes, err := blockdev.Size(device)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 	mount "k8s.io/mount-utils"
 
+	"github.com/rbdcsi/rbdcsi/internal/command"
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/grpcerr"
 	"github.com/rbdcsi/rbdcsi/internal/lock"
@@ -32,8 +33,8 @@ type Clusters interface {
 }
 
 // Runner runs one external command (mkfs, blkid, resize2fs, xfs_growfs);
-// mapper.ExecRunner is the real one.
-type Runner = mapper.Runner
+// command.ExecRunner is the real one.
+type Runner = command.Runner
 
 // Options configure a Node.
 type Options struct {
@@ -110,7 +111,7 @@ func New(o Options) (*Node, error) {
 		if timeout <= 0 {
 			timeout = 10 * time.Minute
 		}
-		run = mapper.ExecRunner{Timeout: timeout}
+		run = command.ExecRunner{Timeout: timeout}
 	}
 	mounter := o.Mounter
 	if mounter == nil {

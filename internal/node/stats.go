@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/rbdcsi/rbdcsi/internal/blockdev"
 	"github.com/rbdcsi/rbdcsi/internal/mapper"
 )
 
@@ -57,7 +58,7 @@ func (n *Node) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeSta
 	block := rec.Cap.Block
 	if block && path == rec.StagingPath {
 		// Nothing is mounted at a raw block volume's staging path.
-		size, err := mapper.DeviceSize(rec.Device)
+		size, err := blockdev.Size(rec.Device)
 		if err != nil {
 			return nil, status.Errorf(codes.NotFound, "volume %s: device %s: %v", rec.VolumeID, rec.Device, err)
 		}
@@ -71,7 +72,7 @@ func (n *Node) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeSta
 		return nil, status.Errorf(codes.NotFound, "volume %s is not mounted at %s (any more)", rec.VolumeID, path)
 	}
 	if block {
-		size, err := mapper.DeviceSize(path)
+		size, err := blockdev.Size(path)
 		if err != nil {
 			return nil, status.Errorf(codes.Internal, "size of %s: %v", path, err)
 		}

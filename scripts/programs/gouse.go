@@ -187,6 +187,9 @@ func (pkg *goPackage) scan(root string) ([]Use, []Problem) {
 			}
 		}
 		ast.Inspect(f, func(n ast.Node) bool {
+			if isRunnerMethod(n) {
+				return false // its callers' run.Run sites name the programs
+			}
 			call, ok := n.(*ast.CallExpr)
 			if !ok {
 				return true
@@ -241,6 +244,14 @@ func execArg(call *ast.CallExpr) (ast.Expr, bool) {
 		return nil, false
 	}
 	return call.Args[idx], true
+}
+
+// isRunnerMethod reports whether n is a Runner's own Run method, which
+// runs whatever program its caller names: the programs are found at the
+// callers' run.Run sites instead.
+func isRunnerMethod(n ast.Node) bool {
+	fn, ok := n.(*ast.FuncDecl)
+	return ok && fn.Recv != nil && fn.Name.Name == "Run"
 }
 
 func isIdent(e ast.Expr, name string) bool {

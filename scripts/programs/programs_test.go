@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -80,6 +81,13 @@ func pick(a bool) (string, error) {
 func admin(t string) { _ = exec.Command(t).Run() }
 
 func lookup() string { return "" }
+
+// A Runner's own Run runs what its callers name: no program of its own.
+type execRunner struct{}
+
+func (execRunner) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return exec.CommandContext(ctx, name, args...).Output()
+}
 `,
 	})
 	uses, probs, err := ScanGo(root, []string{"internal"})
@@ -93,9 +101,17 @@ func lookup() string { return "" }
 	if got := strings.Join(programs(uses), " "); got != want {
 		t.Errorf("programs = %s\nwant       %s", got, want)
 	}
+	src, err := os.ReadFile(filepath.Join(root, "internal/x/x.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runnerLine := "internal/x/x.go:" + strconv.Itoa(1+strings.Count(strings.Split(string(src), "exec.CommandContext(ctx, name")[0], "\n"))
 	for _, u := range uses {
 		if u.Part != partPlugin {
 			t.Errorf("%s at %s: part %s, want plugin", u.Program, u.Where, u.Part)
+		}
+		if u.Where == runnerLine {
+			t.Errorf("%s found in the Runner's own Run at %s", u.Program, u.Where)
 		}
 	}
 }
