@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/rbdcsi/rbdcsi/internal/attach"
 	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/grpcerr"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
@@ -32,16 +32,34 @@ func (n *Node) checkAttached(ctx context.Context, vol volid.Volume, cluster conf
 		return nil
 	}
 	info, err := n.fence.Stat(ctx, rbd.NewPool(cluster, cred, vol.Pool), vol.Image)
-	switch {
-	case errors.Is(err, rbd.ErrNotFound), errors.Is(err, rbd.ErrPoolNotFound):
-		return status.Errorf(codes.NotFound, "volume %s does not exist", vol)
-	case errors.Is(err, rbd.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		return status.Errorf(codes.Unavailable, "reading the attachments of volume %s: %v", vol, err)
-	case err != nil:
-		return status.Errorf(codes.Internal, "reading the attachments of volume %s: %v", vol, err)
+	if err != nil {
+		return fenceStatus(vol, err)
 	}
 	if _, ok := attach.Records(info.Metadata)[n.id]; !ok {
 		return status.Errorf(codes.FailedPrecondition, "volume %s is not attached to node %s (attached to: %v); refusing to map it here", vol, n.id, attach.Nodes(info.Metadata))
 	}
 	return nil
+}
+
+// fenceCodes are the codes of a failed read of the attachments.
+func fenceCodes() grpcerr.Table {
+	return grpcerr.Table{
+		{Err: rbd.ErrNotFound, Code: codes.NotFound},
+		{Err: rbd.ErrPoolNotFound, Code: codes.NotFound},
+		{Err: rbd.ErrUnavailable, Code: codes.Unavailable},
+	}
+}
+
+// fenceStatus answers a failed read of the attachments. A timeout is
+// Unavailable: it is Ceph that did not answer within the node's bound,
+// and the CO retries the stage either way.
+func fenceStatus(vol volid.Volume, err error) error {
+	code := fenceCodes().Code(err)
+	switch code {
+	case codes.NotFound:
+		return status.Errorf(codes.NotFound, "volume %s does not exist", vol)
+	case codes.DeadlineExceeded:
+		code = codes.Unavailable
+	}
+	return status.Errorf(code, "reading the attachments of volume %s: %v", vol, err)
 }
