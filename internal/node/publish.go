@@ -16,44 +16,72 @@ import (
 // NodePublishVolume bind-mounts the staged volume into a pod: the staging
 // mount onto a target directory, or the device onto a target file.
 func (n *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
-	id, targetPath, staging := req.GetVolumeId(), req.GetTargetPath(), req.GetStagingTargetPath()
-	if err := checkVolumePath(id, "target path", targetPath); err != nil {
-		return nil, err
-	}
-	capSpec, err := capability(req.GetVolumeCapability())
+	capSpec, err := checkPublish(req)
 	if err != nil {
 		return nil, err
 	}
-	// No staging path means the volume is not staged: FailedPrecondition,
-	// which csi-sanity checks.
-	if staging == "" {
-		return nil, status.Error(codes.FailedPrecondition, "staging target path is missing: the volume must be staged (NodeStageVolume) first")
-	}
-	if err := checkPath("staging target path", staging); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	if targetPath == staging {
-		return nil, status.Error(codes.InvalidArgument, "target path and staging target path are the same")
-	}
-	if _, err := decodeID(id); err != nil {
-		return nil, err
-	}
+	id, targetPath := req.GetVolumeId(), req.GetTargetPath()
 	rec, release, err := n.lockRecord(id)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
+	if err := n.checkStagedFor(ctx, rec, id, req.GetStagingTargetPath(), capSpec); err != nil {
+		return nil, err
+	}
+	t := target{Cap: capSpec, ReadOnly: req.GetReadonly() || capSpec.readerOnly()}
+	done, err := n.reconcileTarget(rec, targetPath, t)
+	if err != nil || done {
+		return &csi.NodePublishVolumeResponse{}, err
+	}
+	if err := n.publish(rec, targetPath, t); err != nil {
+		return nil, err
+	}
+	klog.V(2).InfoS("published volume", "volumeID", id, "target", targetPath, "readOnly", t.ReadOnly)
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// checkPublish validates a publish request before anything is locked.
+func checkPublish(req *csi.NodePublishVolumeRequest) (capSpec, error) {
+	id, targetPath, staging := req.GetVolumeId(), req.GetTargetPath(), req.GetStagingTargetPath()
+	if err := checkVolumePath(id, "target path", targetPath); err != nil {
+		return capSpec{}, err
+	}
+	c, err := capability(req.GetVolumeCapability())
+	if err != nil {
+		return capSpec{}, err
+	}
+	// No staging path means the volume is not staged: FailedPrecondition,
+	// which csi-sanity checks.
+	if staging == "" {
+		return capSpec{}, status.Error(codes.FailedPrecondition, "staging target path is missing: the volume must be staged (NodeStageVolume) first")
+	}
+	if err := checkPath("staging target path", staging); err != nil {
+		return capSpec{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if targetPath == staging {
+		return capSpec{}, status.Error(codes.InvalidArgument, "target path and staging target path are the same")
+	}
+	if _, err := decodeID(id); err != nil {
+		return capSpec{}, err
+	}
+	return c, nil
+}
+
+// checkStagedFor refuses to publish a volume that is not staged at the
+// given path, as the same kind of volume, with its mount and mapping.
+func (n *Node) checkStagedFor(ctx context.Context, rec *record, id, staging string, c capSpec) error {
 	switch {
 	case rec == nil || !rec.Staged:
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged on this node; call NodeStageVolume first", id)
+		return status.Errorf(codes.FailedPrecondition, "volume %s is not staged on this node; call NodeStageVolume first", id)
 	case rec.StagingPath != staging:
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is staged at %s, not %s", id, rec.StagingPath, staging)
-	case capSpec.Block != rec.Cap.Block || capSpec.FsType != rec.Cap.FsType:
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is staged as %s; it cannot be published as %s", id, describe(rec.Cap), describe(capSpec))
+		return status.Errorf(codes.FailedPrecondition, "volume %s is staged at %s, not %s", id, rec.StagingPath, staging)
+	case c.Block != rec.Cap.Block || c.FsType != rec.Cap.FsType:
+		return status.Errorf(codes.FailedPrecondition, "volume %s is staged as %s; it cannot be published as %s", id, describe(rec.Cap), describe(c))
 	}
 	m, err := n.mapperFor(rec.Mounter)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// A record outlives a reboot; the mount and the mapping do not. Bind-
 	// mounting an empty staging directory would hand the pod a directory
@@ -62,57 +90,62 @@ func (n *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 		if err == nil {
 			err = status.Errorf(codes.FailedPrecondition, "volume %s lost its staging mount or mapping (node restarted?); stage it again", id)
 		}
-		return nil, statusFor(err)
+		return statusFor(err)
 	}
-	t := target{Cap: capSpec, ReadOnly: req.GetReadonly() || capSpec.readerOnly()}
-	if old, ok := rec.Targets[targetPath]; ok {
-		if !old.Cap.equal(t.Cap) || old.ReadOnly != t.ReadOnly {
-			return nil, status.Errorf(codes.AlreadyExists, "volume %s is already published at %s with another capability or read-only flag", id, targetPath)
-		}
-		ours, err := n.mountedFrom(targetPath, rec.Device, t.Cap.Block)
-		if err != nil {
-			return nil, statusFor(err)
-		}
-		if ours {
-			return &csi.NodePublishVolumeResponse{}, nil
-		}
-		// Recorded but not mounted: an earlier attempt stopped half-way.
-	} else if capSpec.AccessMode == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER.String() {
-		if live, err := n.liveTargets(rec); err != nil || len(live) > 0 {
-			if err == nil {
-				err = status.Errorf(codes.FailedPrecondition, "volume %s has access mode SINGLE_NODE_SINGLE_WRITER and is already published at %s", id, live[0])
-			}
-			return nil, statusFor(err)
-		}
-	}
+	return nil
+}
 
-	if mounted, err := n.isMountPoint(targetPath); err != nil || mounted {
-		if err == nil {
-			err = status.Errorf(codes.FailedPrecondition, "target path %s is already a mount point of something else", targetPath)
+// reconcileTarget squares a publish with the targets recorded earlier. It
+// reports done when the same publish is already in place, and refuses
+// another capability at the same path or a second target of a
+// single-writer volume.
+func (n *Node) reconcileTarget(rec *record, path string, t target) (bool, error) {
+	if old, ok := rec.Targets[path]; ok {
+		if !old.Cap.equal(t.Cap) || old.ReadOnly != t.ReadOnly {
+			return false, status.Errorf(codes.AlreadyExists, "volume %s is already published at %s with another capability or read-only flag", rec.VolumeID, path)
 		}
-		return nil, statusFor(err)
+		ours, err := n.mountedFrom(path, rec.Device, t.Cap.Block)
+		// Recorded but not mounted: an earlier attempt stopped half-way.
+		return ours, statusFor(err)
 	}
-	created, err := prepareTarget(targetPath, capSpec.Block)
+	if t.Cap.AccessMode != csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER.String() {
+		return false, nil
+	}
+	live, err := n.liveTargets(rec)
+	if err == nil && len(live) > 0 {
+		err = status.Errorf(codes.FailedPrecondition, "volume %s has access mode SINGLE_NODE_SINGLE_WRITER and is already published at %s", rec.VolumeID, live[0])
+	}
+	return false, statusFor(err)
+}
+
+// publish records the target, then bind-mounts it; a failure undoes both.
+func (n *Node) publish(rec *record, path string, t target) error {
+	if mounted, err := n.isMountPoint(path); err != nil || mounted {
+		if err == nil {
+			err = status.Errorf(codes.FailedPrecondition, "target path %s is already a mount point of something else", path)
+		}
+		return statusFor(err)
+	}
+	created, err := prepareTarget(path, t.Cap.Block)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if rec.Targets == nil {
 		rec.Targets = map[string]target{}
 	}
-	rec.Targets[targetPath] = t
+	rec.Targets[path] = t
 	if err := n.store.save(rec); err != nil {
-		removeCreated(targetPath, created)
-		return nil, status.Error(codes.Internal, err.Error())
+		removeCreated(path, created)
+		return status.Error(codes.Internal, err.Error())
 	}
-	if err := n.bindMount(rec, targetPath, t); err != nil {
-		logUndo("unmount "+targetPath, n.unmountAll(targetPath))
-		removeCreated(targetPath, created)
-		delete(rec.Targets, targetPath)
-		logUndo("save state of "+id, n.store.save(rec))
-		return nil, statusFor(err)
+	if err := n.bindMount(rec, path, t); err != nil {
+		logUndo("unmount "+path, n.unmountAll(path))
+		removeCreated(path, created)
+		delete(rec.Targets, path)
+		logUndo("save state of "+rec.VolumeID, n.store.save(rec))
+		return statusFor(err)
 	}
-	klog.V(2).InfoS("published volume", "volumeID", id, "target", targetPath, "readOnly", t.ReadOnly)
-	return &csi.NodePublishVolumeResponse{}, nil
+	return nil
 }
 
 func describe(c capSpec) string {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -20,73 +19,26 @@ import (
 // NodeStageVolume maps the image and, for a filesystem volume, mounts it at
 // the staging path, formatting it first only if it holds nothing at all.
 func (n *Node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
-	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
-	if err := checkVolumePath(id, "staging target path", staging); err != nil {
-		return nil, err
-	}
-	capSpec, err := capability(req.GetVolumeCapability())
+	a, err := n.checkStage(req)
 	if err != nil {
 		return nil, err
 	}
-	vol, err := decodeID(id)
-	if err != nil {
-		return nil, err
-	}
-	params, err := volumeParams(vol, req.GetVolumeContext())
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	if params.Mounter != "" {
-		if _, err := n.mapperFor(params.Mounter); err != nil {
-			return nil, err
-		}
-	}
-	rec, release, err := n.lockRecord(id)
+	rec, release, err := n.lockRecord(a.id)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	// Without a mounter in the context, a volume keeps the one it was
-	// staged with: a changed --default-mounter applies to new stages only.
-	mounterName := params.Mounter
-	switch {
-	case mounterName != "":
-	case rec != nil:
-		mounterName = rec.Mounter
-	default:
-		mounterName = n.defaultMounter
-	}
-	m, err := n.mapperFor(mounterName)
+	a.mounter = n.stageMounter(a.params, rec)
+	m, err := n.mapperFor(a.mounter)
 	if err != nil {
 		return nil, err
 	}
-	if rec != nil && !rec.Staged && (rec.StagingPath != staging || !rec.Cap.equal(capSpec) || rec.Mounter != mounterName) {
-		// The remains of a stage that never finished, with other
-		// arguments: undo them and start afresh.
-		old, err := n.mapperFor(rec.Mounter)
-		if err != nil {
-			return nil, err
-		}
-		if err := n.unmountAndUnmap(ctx, rec, old); err != nil {
-			return nil, statusFor(fmt.Errorf("cleaning up an unfinished stage of volume %s: %w", id, err))
-		}
-		if err := n.store.remove(id); err != nil {
-			return nil, status.Error(codes.Internal, err.Error())
-		}
-		rec = nil
+	if rec, err = n.reconcileStage(ctx, a, rec); err != nil {
+		return nil, err
 	}
-	if rec != nil {
-		switch {
-		case rec.StagingPath != staging:
-			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is already staged at %s", id, rec.StagingPath)
-		case !rec.Cap.equal(capSpec) || rec.Mounter != mounterName:
-			return nil, status.Errorf(codes.AlreadyExists, "volume %s is already staged at %s with another capability or mounter", id, staging)
-		}
-	}
-
-	cluster, err := n.clusters.Lookup(vol.ClusterID)
+	cluster, err := n.clusters.Lookup(a.vol.ClusterID)
 	if err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume %s: %v (this node's cluster map does not know it)", id, err)
+		return nil, status.Errorf(codes.NotFound, "volume %s: %v (this node's cluster map does not know it)", a.id, err)
 	}
 	cred, err := config.CredentialsFromSecrets(req.GetSecrets())
 	if err != nil {
@@ -95,57 +47,140 @@ func (n *Node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequ
 	// Also for a volume staged here already: once its attachment moved to
 	// another node (a force detach of this one), a repeated stage must not
 	// answer OK as if this node still owned it.
-	if err := n.checkAttached(ctx, vol, cluster, cred, capSpec.AccessMode); err != nil {
+	if err := n.checkAttached(ctx, a.vol, cluster, cred, a.cap.AccessMode); err != nil {
 		return nil, err
 	}
-	if rec != nil {
-		if rec.Staged {
-			intact, err := n.stageIntact(ctx, rec, m)
-			if err != nil {
-				return nil, statusFor(err)
-			}
-			if intact {
-				return &csi.NodeStageVolumeResponse{}, nil
-			}
-			// A reboot, or someone else, took the mount or the mapping
-			// away: stage again on top of the record.
-			klog.InfoS("staged volume lost its mount or mapping; staging it again", "volumeID", id)
+	if rec != nil && rec.Staged {
+		intact, err := n.stageIntact(ctx, rec, m)
+		if err != nil {
+			return nil, statusFor(err)
+		}
+		if intact {
+			return &csi.NodeStageVolumeResponse{}, nil
+		}
+		// A reboot, or someone else, took the mount or the mapping away:
+		// stage again on top of the record.
+		klog.InfoS("staged volume lost its mount or mapping; staging it again", "volumeID", a.id)
+	}
+	if err := n.stageAnew(ctx, a, rec, m, cluster, cred); err != nil {
+		return nil, err
+	}
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// stageArgs is a NodeStageVolume request, checked.
+type stageArgs struct {
+	id, staging string
+	cap         capSpec
+	vol         volid.Volume
+	params      config.Params
+	mounter     string // resolved under the volume's lock (stageMounter)
+}
+
+// checkStage validates a stage request before anything is locked or read.
+func (n *Node) checkStage(req *csi.NodeStageVolumeRequest) (stageArgs, error) {
+	a := stageArgs{id: req.GetVolumeId(), staging: req.GetStagingTargetPath()}
+	if err := checkVolumePath(a.id, "staging target path", a.staging); err != nil {
+		return a, err
+	}
+	var err error
+	if a.cap, err = capability(req.GetVolumeCapability()); err != nil {
+		return a, err
+	}
+	if a.vol, err = decodeID(a.id); err != nil {
+		return a, err
+	}
+	if a.params, err = volumeParams(a.vol, req.GetVolumeContext()); err != nil {
+		return a, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if a.params.Mounter != "" {
+		if _, err := n.mapperFor(a.params.Mounter); err != nil {
+			return a, err
 		}
 	}
-	if err := m.Supported(ctx); err != nil {
-		return nil, statusFor(err)
+	return a, nil
+}
+
+// stageMounter picks the mapper. Without a mounter in the context, a
+// volume keeps the one it was staged with: a changed --default-mounter
+// applies to new stages only.
+func (n *Node) stageMounter(params config.Params, rec *record) string {
+	switch {
+	case params.Mounter != "":
+		return params.Mounter
+	case rec != nil:
+		return rec.Mounter
 	}
-	if err := checkDir(staging); err != nil {
-		return nil, err
+	return n.defaultMounter
+}
+
+// reconcileStage squares a request with what the node recorded earlier.
+// The remains of a stage that never finished, with other arguments, are
+// undone (the returned record is then nil); a finished stage with other
+// arguments is refused.
+func (n *Node) reconcileStage(ctx context.Context, a stageArgs, rec *record) (*record, error) {
+	if rec == nil {
+		return nil, nil
+	}
+	same := rec.Cap.equal(a.cap) && rec.Mounter == a.mounter
+	if !rec.Staged && (rec.StagingPath != a.staging || !same) {
+		old, err := n.mapperFor(rec.Mounter)
+		if err != nil {
+			return nil, err
+		}
+		if err := n.unmountAndUnmap(ctx, rec, old); err != nil {
+			return nil, statusFor(fmt.Errorf("cleaning up an unfinished stage of volume %s: %w", a.id, err))
+		}
+		if err := n.store.remove(a.id); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		return nil, nil
+	}
+	switch {
+	case rec.StagingPath != a.staging:
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is already staged at %s", a.id, rec.StagingPath)
+	case !same:
+		return nil, status.Errorf(codes.AlreadyExists, "volume %s is already staged at %s with another capability or mounter", a.id, a.staging)
+	}
+	return rec, nil
+}
+
+// stageAnew maps and mounts, on top of rec when a stage was recorded
+// before. The record goes down before the first change on the node, so
+// that whatever a crash leaves behind, unstage knows of it.
+func (n *Node) stageAnew(ctx context.Context, a stageArgs, rec *record, m mapper.Mapper, cluster config.Cluster, cred config.Credentials) error {
+	if err := m.Supported(ctx); err != nil {
+		return statusFor(err)
+	}
+	if err := checkDir(a.staging); err != nil {
+		return err
 	}
 	// ParseParams checked every mapper's options: these cannot fail for a
 	// known mounter, and report clearly if they ever do.
-	mapOpts, err := config.OptionsFor(config.ParamMapOptions, params.MapOptions, mounterName)
+	mapOpts, err := config.OptionsFor(config.ParamMapOptions, a.params.MapOptions, a.mounter)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return status.Error(codes.InvalidArgument, err.Error())
 	}
-	unmapOpts, err := config.OptionsFor(config.ParamUnmapOptions, params.UnmapOptions, mounterName)
+	unmapOpts, err := config.OptionsFor(config.ParamUnmapOptions, a.params.UnmapOptions, a.mounter)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return status.Error(codes.InvalidArgument, err.Error())
 	}
-	img := mapper.Image{ClusterID: vol.ClusterID, Pool: vol.Pool, Namespace: cluster.Namespace(), Name: vol.Image}
+	img := mapper.Image{ClusterID: a.vol.ClusterID, Pool: a.vol.Pool, Namespace: cluster.Namespace(), Name: a.vol.Image}
 	if rec == nil {
-		rec = &record{VolumeID: id, Image: img, Mounter: mounterName, StagingPath: staging, Cap: capSpec}
+		rec = &record{VolumeID: a.id, Image: img, Mounter: a.mounter, StagingPath: a.staging, Cap: a.cap}
 	}
 	rec.UnmapOptions, rec.Staged = unmapOpts, false
-	// The record goes down before the first change on the node, so that
-	// whatever a crash leaves behind, unstage knows of it.
 	if err := n.store.save(rec); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return status.Error(codes.Internal, err.Error())
 	}
-	if err := n.stage(ctx, rec, m, params, mapper.MapRequest{
-		Image: img, MonHost: cluster.MonHost(), Cred: cred, Options: mapOpts, ReadOnly: capSpec.readerOnly(),
+	if err := n.stage(ctx, rec, m, a.params, mapper.MapRequest{
+		Image: img, MonHost: cluster.MonHost(), Cred: cred, Options: mapOpts, ReadOnly: a.cap.readerOnly(),
 	}); err != nil {
 		n.undoStage(ctx, rec, m)
-		return nil, statusFor(err)
+		return statusFor(err)
 	}
-	klog.V(2).InfoS("staged volume", "volumeID", id, "device", rec.Device, "mounter", mounterName, "stagingPath", staging)
-	return &csi.NodeStageVolumeResponse{}, nil
+	klog.V(2).InfoS("staged volume", "volumeID", a.id, "device", rec.Device, "mounter", a.mounter, "stagingPath", a.staging)
+	return nil
 }
 
 // stage does the work: map, record the device, format if empty, mount.
@@ -282,122 +317,6 @@ func (n *Node) unmountAndUnmap(ctx context.Context, rec *record, m mapper.Mapper
 		}
 	}
 	return m.Unmap(ctx, mapper.UnmapRequest{Image: rec.Image, Device: rec.Device, Options: rec.UnmapOptions})
-}
-
-// NodeUnstageVolume unmounts the staging path, unmaps the image and drops
-// the record. Nothing staged (never, or no more) is a success.
-func (n *Node) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
-	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
-	vol, rec, release, err := n.begin(id, "staging target path", staging)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	if rec == nil {
-		// No record: never staged here, or the state was lost. Clean up
-		// only what provably belongs to this image.
-		return &csi.NodeUnstageVolumeResponse{}, statusFor(n.unstageUnrecorded(ctx, vol, staging))
-	}
-	if rec.StagingPath != staging {
-		return &csi.NodeUnstageVolumeResponse{}, nil // not staged at this path
-	}
-	if busy, err := n.liveTargets(rec); err != nil || len(busy) > 0 {
-		if err == nil {
-			err = status.Errorf(codes.FailedPrecondition, "volume %s is still published at %s; unpublish it first", id, strings.Join(busy, ", "))
-		}
-		return nil, statusFor(err)
-	}
-	m, err := n.mapperFor(rec.Mounter)
-	if err != nil {
-		return nil, err
-	}
-	rec.Staged = false // from here on, a crash leaves an unfinished stage
-	if err := n.store.save(rec); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	if err := n.unmountAndUnmap(ctx, rec, m); err != nil {
-		return nil, statusFor(err)
-	}
-	if err := n.store.remove(id); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	klog.V(2).InfoS("unstaged volume", "volumeID", id, "stagingPath", staging)
-	return &csi.NodeUnstageVolumeResponse{}, nil
-}
-
-// liveTargets drops recorded targets that are no longer mounted and
-// returns those that still are.
-func (n *Node) liveTargets(rec *record) ([]string, error) {
-	var live []string
-	for path, t := range rec.Targets {
-		ours, err := n.mountedFrom(path, rec.Device, t.Cap.Block)
-		if err != nil {
-			return nil, err
-		}
-		if ours {
-			live = append(live, path)
-		} else {
-			delete(rec.Targets, path)
-		}
-	}
-	return live, nil
-}
-
-// unstageUnrecorded handles an unstage without a record: it unmounts the
-// staging path only if a device mapped for this very image is mounted
-// there, and unmaps such devices.
-func (n *Node) unstageUnrecorded(ctx context.Context, vol volid.Volume, staging string) error {
-	img := n.imageOf(vol)
-	for _, name := range mapperNames(n.mappers) {
-		m := n.mappers[name]
-		if m.Supported(ctx) != nil {
-			continue // nothing can be mapped with it here
-		}
-		list, err := m.List(ctx)
-		if err != nil {
-			return err
-		}
-		mp, ok := mapper.Find(list, img)
-		if !ok {
-			continue
-		}
-		klog.InfoS("unstaging a volume without a state record", "volumeID", vol.String(), "mounter", name, "device", mp.Device)
-		rec := &record{VolumeID: vol.String(), Image: img, Device: mp.Device, StagingPath: staging}
-		if err := n.unmountAndUnmap(ctx, rec, m); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// imageDevices lists the devices mapped for the volume's image by any
-// mapper that works on this node.
-func (n *Node) imageDevices(ctx context.Context, vol volid.Volume) []string {
-	img := n.imageOf(vol)
-	var devs []string
-	for _, name := range mapperNames(n.mappers) {
-		m := n.mappers[name]
-		if m.Supported(ctx) != nil {
-			continue
-		}
-		if list, err := m.List(ctx); err == nil {
-			if mp, ok := mapper.Find(list, img); ok && mp.Device != "" {
-				devs = append(devs, mp.Device)
-			}
-		}
-	}
-	return devs
-}
-
-// imageOf names the volume's image for calls without a state record; the
-// namespace comes from the cluster map (none if the map no longer knows
-// the cluster).
-func (n *Node) imageOf(vol volid.Volume) mapper.Image {
-	img := mapper.Image{ClusterID: vol.ClusterID, Pool: vol.Pool, Name: vol.Image}
-	if cluster, err := n.clusters.Lookup(vol.ClusterID); err == nil {
-		img.Namespace = cluster.Namespace()
-	}
-	return img
 }
 
 // checkDir refuses a staging path that exists and is no directory. A
