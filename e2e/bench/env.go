@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +20,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/rbdcsi/rbdcsi/internal/config"
 )
 
 // cluster is the local Ceph cluster scripts/with-cluster.sh booted, as its
@@ -56,10 +59,10 @@ func (c cluster) params() map[string]string {
 }
 
 // features is what the raw baseline creates images with: the same as the
-// driver's.
+// driver's (its volumes are single-writer).
 func (c cluster) features() []string {
 	if c.imageFeatures == "" {
-		return []string{"layering"}
+		return slices.Clone(config.SingleWriterFeatures)
 	}
 	return strings.Split(c.imageFeatures, ",")
 }

@@ -106,8 +106,8 @@ func TestCreateIsIdempotentAndDetectsConflicts(t *testing.T) {
 		t.Fatalf("image metadata rbdcsi.name = %q, %v", out, err)
 	}
 	out, err = e.c.RBD("info", "--format", "json", e.c.Pool+"/"+imageOf(t, v.VolumeId))
-	if err != nil || !strings.Contains(out, `"layering"`) || strings.Contains(out, "exclusive-lock") {
-		t.Fatalf("default features should be layering only: %s %v", out, err)
+	if err != nil || !strings.Contains(out, `"features":["layering","exclusive-lock","object-map","fast-diff","deep-flatten"]`) {
+		t.Fatalf("default features should be the full set: %s %v", out, err)
 	}
 }
 

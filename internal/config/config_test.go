@@ -109,6 +109,59 @@ func TestCredentials(t *testing.T) {
 	}
 }
 
+func TestVolumeFeatures(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		params      map[string]string
+		multiWriter bool
+		want        string // "" means refused
+		because     string
+	}{
+		{"default", nil, false, "layering,exclusive-lock,object-map,fast-diff,deep-flatten", ""},
+		{"default, several writers", nil, true, "layering,deep-flatten", ""},
+		{"the StorageClass's win", map[string]string{"imageFeatures": "layering"}, false, "layering", ""},
+		{"even for several writers", map[string]string{"imageFeatures": "exclusive-lock,layering"}, true, "exclusive-lock,layering", ""},
+		{"journaling with nbd", map[string]string{"mounter": "nbd", "imageFeatures": "layering,exclusive-lock,journaling"}, false, "layering,exclusive-lock,journaling", ""},
+		{"journaling with fuse", map[string]string{"mounter": "fuse", "imageFeatures": "layering,exclusive-lock,journaling"}, false, "layering,exclusive-lock,journaling", ""},
+		{"lock option, default", map[string]string{"mapOptions": "krbd:lock_on_read"}, false, "layering,exclusive-lock,object-map,fast-diff,deep-flatten", ""},
+		{"lock option, several writers", map[string]string{"mapOptions": "exclusive"}, true, "", "several nodes write gets layering,deep-flatten"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := map[string]string{"clusterID": "c1", "pool": "rbd"}
+			for k, v := range c.params {
+				in[k] = v
+			}
+			p, err := ParseParams(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := p.VolumeFeatures(c.multiWriter)
+			switch {
+			case c.want == "" && err == nil:
+				t.Fatalf("accepted: %v", got)
+			case c.want == "" && !strings.Contains(err.Error(), c.because):
+				t.Fatalf("error %q does not say %q", err, c.because)
+			case c.want != "" && (err != nil || strings.Join(got, ",") != c.want):
+				t.Fatalf("VolumeFeatures = %v, %v; want %s", got, err, c.want)
+			}
+		})
+	}
+	// The defaults are not handed out for callers to change.
+	p, _ := ParseParams(map[string]string{"clusterID": "c1", "pool": "rbd"})
+	f, _ := p.VolumeFeatures(false)
+	f[0] = "changed"
+	if SingleWriterFeatures[0] != "layering" {
+		t.Fatal("VolumeFeatures returned the default list itself")
+	}
+}
+
+func TestJournalingRefusedForKernelMapsSaysWhy(t *testing.T) {
+	_, err := ParseParams(map[string]string{"clusterID": "c1", "pool": "rbd", "imageFeatures": "layering,exclusive-lock,journaling"})
+	if err == nil || !strings.Contains(err.Error(), "krbd") || !strings.Contains(err.Error(), "set mounter to nbd or fuse") {
+		t.Fatalf("error %v does not say what to set", err)
+	}
+}
+
 func TestParseParams(t *testing.T) {
 	p, err := ParseParams(map[string]string{
 		"clusterID": "c1", "pool": "rbd", "imageFeatures": "layering,exclusive-lock,object-map,fast-diff",
@@ -125,15 +178,20 @@ func TestParseParams(t *testing.T) {
 		t.Fatalf("volume context %+v", ctx)
 	}
 	d, err := ParseParams(map[string]string{"clusterID": "c1", "pool": "rbd"})
-	if err != nil || strings.Join(d.ImageFeatures, ",") != "layering" {
-		t.Fatalf("defaults: %+v, %v", d, err)
+	if err != nil || d.ImageFeatures != nil {
+		t.Fatalf("no imageFeatures: %+v, %v; want none chosen yet", d, err)
 	}
 	for name, in := range map[string]map[string]string{
 		"no cluster":     {"pool": "rbd"},
 		"no pool":        {"clusterID": "c1"},
 		"bad pool":       {"clusterID": "c1", "pool": "a/b"},
 		"unknown param":  {"clusterID": "c1", "pool": "rbd", "imagefeatures": "layering"},
-		"journaling":     {"clusterID": "c1", "pool": "rbd", "imageFeatures": "layering,journaling"},
+		"journaling":     {"clusterID": "c1", "pool": "rbd", "imageFeatures": "layering,exclusive-lock,journaling"},
+		"krbd journal":   {"clusterID": "c1", "pool": "rbd", "mounter": "krbd", "imageFeatures": "layering,exclusive-lock,journaling"},
+		"unknown feat":   {"clusterID": "c1", "pool": "rbd", "imageFeatures": "layering,striping"},
+		"no layering":    {"clusterID": "c1", "pool": "rbd", "imageFeatures": "exclusive-lock,object-map"},
+		"journal alone":  {"clusterID": "c1", "pool": "rbd", "mounter": "nbd", "imageFeatures": "layering,journaling"},
+		"lock option":    {"clusterID": "c1", "pool": "rbd", "imageFeatures": "layering", "mapOptions": "exclusive"},
 		"missing dep":    {"clusterID": "c1", "pool": "rbd", "imageFeatures": "layering,fast-diff"},
 		"bad fs":         {"clusterID": "c1", "pool": "rbd", "csi.storage.k8s.io/fstype": "ntfs"},
 		"bad mounter":    {"clusterID": "c1", "pool": "rbd", "mounter": "rbd-nbd"},

@@ -80,14 +80,18 @@ func TestOptionsRefused(t *testing.T) {
 		{ParamMapOptions, "krbd:notrim;krbd:exclusive", "twice"},
 		{ParamMapOptions, strings.Repeat("notrim,", 80), "512"},
 		{ParamUnmapOptions, "krbd:lazy", "lazy"},
-		// The kernel maps these only with the exclusive-lock feature.
-		{ParamMapOptions, "lock_on_read", "exclusive-lock"},
-		{ParamMapOptions, "krbd:exclusive", "exclusive-lock"},
 		{ParamUnmapOptions, "nbd:force", "force"},
 	} {
 		_, err := ParseParams(map[string]string{"clusterID": "c1", "pool": "rbd", tc.param: tc.value})
 		if err == nil || !strings.Contains(err.Error(), tc.names) || !strings.Contains(err.Error(), tc.param) {
 			t.Errorf("%s %q: got %v, want an error naming %q", tc.param, tc.value, err, tc.names)
+		}
+	}
+	// The kernel maps these only with the exclusive-lock feature.
+	for _, opt := range []string{"lock_on_read", "krbd:exclusive"} {
+		_, err := ParseParams(map[string]string{"clusterID": "c1", "pool": "rbd", "imageFeatures": "layering", ParamMapOptions: opt})
+		if err == nil || !strings.Contains(err.Error(), "exclusive-lock") {
+			t.Errorf("%s with imageFeatures layering: got %v, want an error naming exclusive-lock", opt, err)
 		}
 	}
 }

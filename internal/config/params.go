@@ -31,25 +31,12 @@ var Mounters = []string{"krbd", "nbd", "fuse"}
 // FsTypes the node can format and mount.
 var FsTypes = []string{"ext4", "xfs"}
 
-// krbdFeatures are the image features the kernel client can map; the value
-// lists the features each one requires.
-var krbdFeatures = map[string][]string{
-	"layering":       nil,
-	"exclusive-lock": nil,
-	"object-map":     {"exclusive-lock"},
-	"fast-diff":      {"object-map"},
-	"deep-flatten":   nil,
-}
-
-// DefaultImageFeatures are enough for snapshots and clones and map everywhere.
-var DefaultImageFeatures = []string{"layering"}
-
 // Params are the validated StorageClass parameters of a volume.
 type Params struct {
 	ClusterID     string
 	Pool          string
 	DataPool      string
-	ImageFeatures []string
+	ImageFeatures []string // the StorageClass's; nil if it names none (see VolumeFeatures)
 	FsType        string
 	Mounter       string
 	MapOptions    string
@@ -65,8 +52,10 @@ func ParseParams(in map[string]string) (Params, error) {
 	if err != nil {
 		return Params{}, err
 	}
-	if err := checkOptionFeatures(p.MapOptions, p.ImageFeatures); err != nil {
-		return Params{}, err
+	if p.ImageFeatures != nil {
+		if err := checkOptionFeatures(p.MapOptions, p.ImageFeatures); err != nil {
+			return Params{}, err
+		}
 	}
 	return p, nil
 }
@@ -111,17 +100,17 @@ func parse(in map[string]string) (Params, error) {
 			return Params{}, fmt.Errorf("parameter %s: %w", ParamDataPool, err)
 		}
 	}
-	features, err := parseFeatures(in[ParamImageFeatures])
-	if err != nil {
-		return Params{}, err
-	}
-	p.ImageFeatures = features
 	if p.FsType != "" && !contains(FsTypes, p.FsType) {
 		return Params{}, fmt.Errorf("parameter %s: filesystem %.30q is not supported (choose one of %s)", ParamFsType, p.FsType, strings.Join(FsTypes, ", "))
 	}
 	if p.Mounter != "" && !contains(Mounters, p.Mounter) {
 		return Params{}, fmt.Errorf("parameter %s: %.30q is not a mounter (choose one of %s)", ParamMounter, p.Mounter, strings.Join(Mounters, ", "))
 	}
+	features, err := parseFeatures(in[ParamImageFeatures], p.Mounter)
+	if err != nil {
+		return Params{}, err
+	}
+	p.ImageFeatures = features
 	for _, k := range []string{ParamMapOptions, ParamUnmapOptions} {
 		if err := checkOptionsParam(k, in[k]); err != nil {
 			return Params{}, err
@@ -147,30 +136,6 @@ func (p Params) VolumeContext() map[string]string {
 		}
 	}
 	return ctx
-}
-
-func parseFeatures(s string) ([]string, error) {
-	if strings.TrimSpace(s) == "" {
-		return append([]string(nil), DefaultImageFeatures...), nil
-	}
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if _, ok := krbdFeatures[f]; !ok {
-			return nil, fmt.Errorf("parameter %s: feature %.40q is not supported by the kernel RBD client (choose from %s)", ParamImageFeatures, f, strings.Join(sortedKeys(krbdFeatures), ", "))
-		}
-		if !contains(out, f) {
-			out = append(out, f)
-		}
-	}
-	for _, f := range out {
-		for _, need := range krbdFeatures[f] {
-			if !contains(out, need) {
-				return nil, fmt.Errorf("parameter %s: feature %s needs %s", ParamImageFeatures, f, need)
-			}
-		}
-	}
-	return out, nil
 }
 
 // ParseMkfsOptions splits the mkfsOptions parameter into arguments for mkfs.

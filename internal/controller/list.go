@@ -42,7 +42,11 @@ func (c *Controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
 	}
 	if len(req.GetParameters()) > 0 {
-		if _, err := config.ParseParams(req.GetParameters()); err != nil {
+		p, err := config.ParseParams(req.GetParameters())
+		if err == nil {
+			_, err = p.VolumeFeatures(multiWriter(req.GetVolumeCapabilities()...))
+		}
+		if err != nil {
 			return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
 		}
 	}

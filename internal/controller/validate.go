@@ -71,6 +71,17 @@ func isBlock(caps ...*csi.VolumeCapability) bool {
 	return false
 }
 
+// multiWriter reports whether several nodes may write the volume at once,
+// which decides its default image features (config.VolumeFeatures).
+func multiWriter(caps ...*csi.VolumeCapability) bool {
+	for _, c := range caps {
+		if c.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER {
+			return true
+		}
+	}
+	return false
+}
+
 // sizeFor picks the image size for a capacity range: the request rounded
 // up to whole MiB, within the limit. It returns a message for
 // InvalidArgument (bad range) or OutOfRange (cannot be met).

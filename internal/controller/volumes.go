@@ -32,6 +32,9 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	if params.ImageFeatures, err = params.VolumeFeatures(multiWriter(req.GetVolumeCapabilities()...)); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	if isBlock(req.GetVolumeCapabilities()...) && params.FsType != "" {
 		params.FsType = "" // a raw block volume has no filesystem
 	}

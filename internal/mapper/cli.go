@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/rbdcsi/rbdcsi/internal/command"
+	"github.com/rbdcsi/rbdcsi/internal/config"
 )
 
 // rbdCLI maps through `rbd device map`, the krbd and nbd way; they differ
@@ -334,6 +335,10 @@ func classify(err error) error {
 	}
 	s := withoutConfigNoise(ce.Stderr)
 	switch {
+	case strings.Contains(s, "feature set mismatch"):
+		return fmt.Errorf("%w: the kernel of this node cannot map the image's features %s (object-map and fast-diff need Linux 5.3; journaling no kernel maps): "+
+			"stage it with %s nbd, or create volumes for such nodes from a StorageClass with %s: layering: %w",
+			ErrUnsupported, unmappable(s), config.ParamMounter, config.ParamImageFeatures, err)
 	case strings.Contains(s, "(2) No such file or directory"), strings.Contains(s, "image not found"),
 		strings.Contains(s, "error opening image"), strings.Contains(s, "error opening pool"):
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
@@ -343,6 +348,21 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
+}
+
+// unmappable names the features the rbd tool suggests disabling after a
+// feature mismatch ("... with \"rbd feature disable pool/image a b\"."), or
+// says they are unknown when it named none.
+func unmappable(stderr string) string {
+	_, rest, ok := strings.Cut(stderr, "rbd feature disable ")
+	if !ok {
+		return "(which, the kernel log says)"
+	}
+	words := strings.Fields(strings.SplitN(rest, "\"", 2)[0])
+	if len(words) < 2 {
+		return "(which, the kernel log says)"
+	}
+	return strings.Join(words[1:], ", ")
 }
 
 // withoutConfigNoise drops the lines the Ceph tools print when they find no

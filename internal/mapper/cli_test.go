@@ -290,6 +290,26 @@ func TestClassifyIgnoresConfigNoiseAndTimeouts(t *testing.T) {
 	}
 }
 
+// An image whose features the kernel cannot map is the node's limit, not
+// a missing image, and the error names the features and the remedies.
+func TestClassifyFeatureMismatch(t *testing.T) {
+	for stderr, features := range map[string]string{
+		"rbd: sysfs write failed\nRBD image feature set mismatch. You can disable features unsupported by the kernel with \"rbd feature disable rbd/csi-vol-1 object-map fast-diff deep-flatten\".\n" +
+			"In some cases useful info is found in syslog - try \"dmesg | tail\".\nrbd: map failed: (6) No such device or address\n": "object-map, fast-diff, deep-flatten",
+		"rbd: sysfs write failed\nRBD image feature set mismatch. You can disable features unsupported by the kernel with \"rbd feature disable\".\n": "(which, the kernel log says)",
+	} {
+		got := classify(&command.Error{Cmd: "rbd device map", Stderr: stderr, Err: errors.New("exit status 6")})
+		if !errors.Is(got, ErrUnsupported) || errors.Is(got, ErrNotFound) {
+			t.Errorf("classified as %v, want ErrUnsupported only", got)
+		}
+		for _, want := range []string{"features " + features + " (", "mounter nbd", "imageFeatures: layering"} {
+			if !strings.Contains(got.Error(), want) {
+				t.Errorf("%q does not say %q", got, want)
+			}
+		}
+	}
+}
+
 // rbd-nbd does not say why it failed; the mapper asks `rbd info`, with the
 // key file still there, whether the image is missing.
 func TestNBDMapOfAMissingImage(t *testing.T) {

@@ -43,6 +43,9 @@ type ImageInfo struct {
 	ID       string
 	Size     uint64
 	Metadata map[string]string
+	// Features are the image's features by name, sorted; Ceph adds some of
+	// its own (data-pool, operations) to what the image was created with.
+	Features []string
 }
 
 // SnapInfo describes one snapshot of an image (user namespace only).

@@ -180,6 +180,13 @@ func (b *Backend) Stat(ctx context.Context, p rbd.Pool, name string) (rbd.ImageI
 		if info.Metadata, err = img.ListMetadata(); err != nil {
 			return fmt.Errorf("metadata of image %s: %w", name, classify(err))
 		}
+		bits, err := img.GetFeatures()
+		if err != nil {
+			return fmt.Errorf("features of image %s: %w", name, classify(err))
+		}
+		fs := librbd.FeatureSet(bits)
+		info.Features = fs.Names()
+		sort.Strings(info.Features)
 		return nil
 	})
 	return info, err

@@ -69,6 +69,7 @@ type space struct {
 type image struct {
 	id, name string
 	size     uint64
+	features []string // sorted
 	meta     map[string]string
 	created  time.Time
 	snaps    []*snapshot // by ID, ascending

@@ -3,6 +3,7 @@ package fake
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -39,7 +40,7 @@ func (c *Ceph) CreateImage(ctx context.Context, p rbd.Pool, name string, spec rb
 	}
 	s, err := c.imageSpace(p)
 	if err == nil {
-		_, err = c.create(s, name, spec.Size)
+		_, err = c.create(s, name, spec.Size, spec.Features)
 	}
 	c.mu.Unlock()
 	if err != nil {
@@ -50,12 +51,13 @@ func (c *Ceph) CreateImage(ctx context.Context, p rbd.Pool, name string, spec rb
 }
 
 // create adds an image to the directory. Called with c.mu held.
-func (c *Ceph) create(s *space, name string, size uint64) (*image, error) {
+func (c *Ceph) create(s *space, name string, size uint64, features []string) (*image, error) {
 	if _, taken := s.dir[name]; taken {
 		return nil, fmt.Errorf("%w: image %s", rbd.ErrExists, name)
 	}
 	c.nextID++
 	img := &image{id: "f" + strconv.FormatUint(c.nextID, 16), name: name, size: size, meta: map[string]string{}, created: c.now()}
+	img.features = slices.Sorted(slices.Values(features))
 	s.dir[name], s.images[img.id] = img.id, img
 	return img, nil
 }
@@ -107,7 +109,7 @@ func (c *Ceph) Stat(ctx context.Context, p rbd.Pool, name string) (rbd.ImageInfo
 }
 
 func (img *image) info() rbd.ImageInfo {
-	return rbd.ImageInfo{Name: img.name, ID: img.id, Size: img.size, Metadata: copyMap(img.meta)}
+	return rbd.ImageInfo{Name: img.name, ID: img.id, Size: img.size, Metadata: copyMap(img.meta), Features: slices.Clone(img.features)}
 }
 
 // Resize sets the size.

@@ -195,7 +195,7 @@ func (c *Ceph) link(ctx context.Context, parent, child rbd.Pool, name string, sp
 	if err != nil {
 		return err
 	}
-	img, err := c.create(cs, name, sn.size)
+	img, err := c.create(cs, name, sn.size, spec.Features)
 	if err != nil {
 		return fmt.Errorf("cloning %s@%s to %s: %w", spec.ParentImage, spec.ParentSnap, name, err)
 	}

@@ -41,6 +41,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 	}{
 		{"CreateStatAndExists", testCreateStatAndExists},
 		{"MissingImage", testMissingImage},
+		{"Features", testFeatures},
 		{"MissingPoolAndNamespace", testMissingPoolAndNamespace},
 		{"MetadataResizeRename", testMetadataResizeRename},
 		{"Snapshots", testSnapshots},
