@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -218,8 +219,17 @@ func (c *rbdCLI) Map(ctx context.Context, req MapRequest) (string, error) {
 	out, err := c.run.Run(ctx, "rbd", c.mapArgs(req, keyFile)...)
 	if err != nil {
 		err = classify(fmt.Errorf("%s map %s: %w", c.name, req.Image, err))
-		if c.name == NBD && !classified(err) && c.imageMissing(ctx, req, keyFile) {
+		switch {
+		case classified(err) || errors.Is(err, ErrUnsupported):
+		case c.name == NBD && c.imageMissing(ctx, req, keyFile):
 			err = fmt.Errorf("%w: %w", ErrNotFound, err)
+		case c.name == KRBD && strings.Contains(err.Error(), "(6) No such device or address"):
+			// The kernel refuses an image whose features it cannot map
+			// with ENXIO; the rbd tool says which only where it can read
+			// the kernel log, which a container usually cannot.
+			if missing := c.unmappableFeatures(ctx, req, keyFile); len(missing) > 0 {
+				err = featureError(strings.Join(missing, ", "), err)
+			}
 		}
 		return "", redact(err, req.Cred.Key)
 	}
@@ -235,16 +245,65 @@ func (c *rbdCLI) Map(ctx context.Context, req MapRequest) (string, error) {
 	return dev, nil
 }
 
-// imageMissing asks `rbd info` whether the image exists. rbd-nbd says
-// only "exit status 1" on stderr when it cannot open the image, and a
-// missing volume must be NotFound, not a retried Internal error.
-func (c *rbdCLI) imageMissing(ctx context.Context, req MapRequest, keyFile string) bool {
+// info runs `rbd info` on the request's image as the request's user.
+func (c *rbdCLI) info(ctx context.Context, req MapRequest, keyFile string, extra ...string) ([]byte, error) {
 	args := []string{"info", "--id=" + req.Cred.ID, "--mon-host=" + req.MonHost, "--keyfile=" + keyFile, "--pool=" + req.Image.Pool}
 	if req.Image.Namespace != "" {
 		args = append(args, "--namespace="+req.Image.Namespace)
 	}
-	_, err := c.run.Run(ctx, "rbd", append(args, "--image="+req.Image.Name)...)
+	args = append(append(args, extra...), "--image="+req.Image.Name)
+	return c.run.Run(ctx, "rbd", args...)
+}
+
+// imageMissing asks `rbd info` whether the image exists. rbd-nbd says
+// only "exit status 1" on stderr when it cannot open the image, and a
+// missing volume must be NotFound, not a retried Internal error.
+func (c *rbdCLI) imageMissing(ctx context.Context, req MapRequest, keyFile string) bool {
+	_, err := c.info(ctx, req, keyFile)
 	return err != nil && errors.Is(classify(err), ErrNotFound)
+}
+
+// featureBits are the kernel's bits of the image features (the kernel's
+// drivers/block/rbd.c and Ceph's rbd/features.h agree on them).
+var featureBits = map[string]uint64{
+	"layering": 1 << 0, "striping": 1 << 1, "exclusive-lock": 1 << 2, "object-map": 1 << 3, "fast-diff": 1 << 4,
+	"deep-flatten": 1 << 5, "journaling": 1 << 6, "data-pool": 1 << 7, "operations": 1 << 8,
+}
+
+// unmappableFeatures lists the image's features that this kernel does not
+// map (it says which it does in /sys/bus/rbd/supported_features, since
+// Linux 4.11). Nil when either side cannot be read.
+func (c *rbdCLI) unmappableFeatures(ctx context.Context, req MapRequest, keyFile string) []string {
+	raw, err := os.ReadFile(filepath.Join(c.sysRoot, "sys/bus/rbd/supported_features"))
+	if err != nil {
+		return nil
+	}
+	supported, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(string(raw)), "0x"), 16, 64)
+	if err != nil {
+		return nil
+	}
+	out, err := c.info(ctx, req, keyFile, "--format=json")
+	var image struct {
+		Features []string `json:"features"`
+	}
+	if err != nil || json.Unmarshal(out, &image) != nil {
+		return nil
+	}
+	var missing []string
+	for _, f := range image.Features {
+		if bit, known := featureBits[f]; known && supported&bit == 0 {
+			missing = append(missing, f)
+		}
+	}
+	return missing
+}
+
+// featureError says that the node's kernel cannot map the image, and what
+// to do about it.
+func featureError(features string, err error) error {
+	return fmt.Errorf("%w: the kernel of this node cannot map the image's features %s (object-map and fast-diff need Linux 5.3; journaling no kernel maps): "+
+		"stage it with %s nbd, or create volumes for such nodes from a StorageClass with %s: layering: %w",
+		ErrUnsupported, features, config.ParamMounter, config.ParamImageFeatures, err)
 }
 
 func classified(err error) bool {
@@ -336,9 +395,7 @@ func classify(err error) error {
 	s := withoutConfigNoise(ce.Stderr)
 	switch {
 	case strings.Contains(s, "feature set mismatch"):
-		return fmt.Errorf("%w: the kernel of this node cannot map the image's features %s (object-map and fast-diff need Linux 5.3; journaling no kernel maps): "+
-			"stage it with %s nbd, or create volumes for such nodes from a StorageClass with %s: layering: %w",
-			ErrUnsupported, unmappable(s), config.ParamMounter, config.ParamImageFeatures, err)
+		return featureError(unmappable(s), err)
 	case strings.Contains(s, "(2) No such file or directory"), strings.Contains(s, "image not found"),
 		strings.Contains(s, "error opening image"), strings.Contains(s, "error opening pool"):
 		return fmt.Errorf("%w: %w", ErrNotFound, err)

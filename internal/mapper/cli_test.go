@@ -310,6 +310,38 @@ func TestClassifyFeatureMismatch(t *testing.T) {
 	}
 }
 
+// In a container the rbd tool cannot read the kernel log, and a krbd map
+// of an image with features the kernel lacks fails with ENXIO alone: the
+// mapper compares the image's features with the kernel's list.
+func TestKRBDMapOfUnmappableFeatures(t *testing.T) {
+	keys, _ := PrepareKeyDir(t.TempDir())
+	for supported, want := range map[string]string{"0x3d\n": "journaling", "0x7f\n": ""} {
+		root := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(root, "sys/bus/rbd"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "sys/bus/rbd/supported_features"), []byte(supported), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		run := &fakeRunner{answer: func(argv []string) ([]byte, error) {
+			switch {
+			case slices.Contains(argv, "list"):
+				return nil, nil
+			case slices.Contains(argv, "info") && slices.Contains(argv, "--format=json"):
+				return []byte(`{"features":["layering","exclusive-lock","journaling"]}`), nil
+			}
+			return nil, &command.Error{Cmd: "rbd device", Stderr: "rbd: sysfs write failed\nrbd: map failed: (6) No such device or address", Err: errors.New("exit status 6")}
+		}}
+		_, err := NewKRBD(CLIOptions{Runner: run, Keys: keys, SysRoot: root}).Map(context.Background(), mapReq())
+		switch {
+		case want == "" && errors.Is(err, ErrUnsupported):
+			t.Errorf("kernel %s maps every feature, yet: %v", supported, err)
+		case want != "" && (!errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "features "+want+" (")):
+			t.Errorf("kernel %s: %v, want ErrUnsupported naming %s", supported, err, want)
+		}
+	}
+}
+
 // rbd-nbd does not say why it failed; the mapper asks `rbd info`, with the
 // key file still there, whether the image is missing.
 func TestNBDMapOfAMissingImage(t *testing.T) {
