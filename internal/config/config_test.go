@@ -166,7 +166,7 @@ func TestParseParams(t *testing.T) {
 	p, err := ParseParams(map[string]string{
 		"clusterID": "c1", "pool": "rbd", "imageFeatures": "layering,exclusive-lock,object-map,fast-diff",
 		"csi.storage.k8s.io/fstype": "xfs", "mounter": "fuse", "mapOptions": "lock_on_read,queue_depth=128",
-		"mkfsOptions": "-m0 -E nodiscard", "csi.storage.k8s.io/pvc/name": "data",
+		"mkfsOptions": "-K -l size=64m", "csi.storage.k8s.io/pvc/name": "data",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -218,6 +218,11 @@ func FuzzParseParams(f *testing.F) {
 		for _, a := range append(p.MkfsOptions, p.MapOptions) {
 			if strings.ContainsAny(a, " ;|&$`\\\"'\n\x00") {
 				t.Fatalf("accepted unsafe argument %q", a)
+			}
+		}
+		for _, a := range p.MkfsOptions {
+			if strings.Contains(a, "/") {
+				t.Fatalf("accepted a path in mkfs argument %q", a)
 			}
 		}
 	})

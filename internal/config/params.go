@@ -52,6 +52,15 @@ func ParseParams(in map[string]string) (Params, error) {
 	if err != nil {
 		return Params{}, err
 	}
+	if len(p.MkfsOptions) > 0 {
+		fs := p.FsType
+		if fs == "" {
+			fs = FsTypes[0]
+		}
+		if err := CheckMkfsOptions(fs, p.MkfsOptions); err != nil {
+			return Params{}, fmt.Errorf("%w (checked for the StorageClass's %s, %s when unset)", err, ParamFsType, FsTypes[0])
+		}
+	}
 	if p.ImageFeatures != nil {
 		if err := checkOptionFeatures(p.MapOptions, p.ImageFeatures); err != nil {
 			return Params{}, err
@@ -138,27 +147,14 @@ func (p Params) VolumeContext() map[string]string {
 	return ctx
 }
 
-// ParseMkfsOptions splits the mkfsOptions parameter into arguments for mkfs.
+// ParseMkfsOptions splits the mkfsOptions parameter into arguments for
+// mkfs; CheckMkfsOptions then holds them against the filesystem's
+// allow-list.
 func ParseMkfsOptions(s string) ([]string, error) {
 	if len(s) > 512 {
 		return nil, fmt.Errorf("parameter %s is longer than 512 bytes", ParamMkfsOptions)
 	}
-	args := strings.Fields(s)
-	for _, a := range args {
-		if !safeToken(a) {
-			return nil, fmt.Errorf("parameter %s: argument %.40q holds characters mkfs options never need", ParamMkfsOptions, a)
-		}
-	}
-	return args, nil
-}
-
-func safeToken(s string) bool {
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_.=:,/+", c)) {
-			return false
-		}
-	}
-	return true
+	return strings.Fields(s), nil
 }
 
 func knownParams() []string {

@@ -230,6 +230,30 @@ func TestStageNeverFormatsReadOnly(t *testing.T) {
 	f.expectNothingLeft(t)
 }
 
+// mkfs options are held against the allow-list of the filesystem being
+// made before anything is mapped.
+func TestStageRefusesMkfsOptionsOffTheAllowList(t *testing.T) {
+	for _, c := range []struct{ fs, opts string }{
+		{"ext4", "-d /var/lib/kubelet/pods"},
+		{"ext4", "-K"}, // xfs's
+		{"xfs", "-f -l logdev=/dev/sda,size=64m"},
+	} {
+		f := newFixture(t)
+		f.run.blkid = blkidEmpty
+		capab := fsCap(rwo)
+		capab.GetMount().FsType = c.fs
+		req := f.stageReq(capab)
+		req.VolumeContext["mkfsOptions"] = c.opts
+		_, err := f.n.NodeStageVolume(context.Background(), req)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "mkfs."+c.fs) {
+			t.Errorf("%s %q: %v, want InvalidArgument naming mkfs.%s", c.fs, c.opts, err, c.fs)
+		}
+		if len(f.m.maps) != 0 || f.run.ran("mkfs."+c.fs) {
+			t.Errorf("%s %q: mapped %v, ran %v", c.fs, c.opts, f.m.maps, f.run.calls)
+		}
+	}
+}
+
 func TestStageFormatsEmptyDevice(t *testing.T) {
 	f := newFixture(t)
 	f.run.blkid = blkidEmpty

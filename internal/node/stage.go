@@ -93,6 +93,13 @@ func (n *Node) checkStage(req *csi.NodeStageVolumeRequest) (stageArgs, error) {
 	if a.params, err = volumeParams(a.vol, req.GetVolumeContext()); err != nil {
 		return a, status.Error(codes.InvalidArgument, err.Error())
 	}
+	// CreateVolume checked them for the StorageClass's filesystem; the
+	// capability's is the one mkfs makes.
+	if !a.cap.Block && len(a.params.MkfsOptions) > 0 {
+		if err := config.CheckMkfsOptions(a.cap.FsType, a.params.MkfsOptions); err != nil {
+			return a, status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
 	if a.params.Mounter != "" {
 		if _, err := n.mapperFor(a.params.Mounter); err != nil {
 			return a, err

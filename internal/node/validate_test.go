@@ -104,11 +104,11 @@ func TestVolumeParams(t *testing.T) {
 		t.Errorf("full context: %+v %v", p, err)
 	}
 	for name, ctx := range map[string]map[string]string{
-		"other cluster":   {"clusterID": "c2"},
-		"other pool":      {"pool": "other"},
-		"unknown mounter": {"mounter": "magic"},
-		"bad mapOptions":  {"mapOptions": "a --id=admin"},
-		"bad mkfsOptions": {"mkfsOptions": "-L $(reboot)"},
+		"other cluster":    {"clusterID": "c2"},
+		"other pool":       {"pool": "other"},
+		"unknown mounter":  {"mounter": "magic"},
+		"bad mapOptions":   {"mapOptions": "a --id=admin"},
+		"long mkfsOptions": {"mkfsOptions": strings.Repeat("-q ", 200)},
 	} {
 		if _, err := volumeParams(vol, ctx); err == nil {
 			t.Errorf("%s accepted", name)
