@@ -67,7 +67,7 @@ func parseFlags(args []string) (flags, error) {
 	f.node = addNodeFlags(fs)
 	f.registry = addRegistryFlags(fs)
 	f.builtins = addBuiltinFlags(fs)
-	fs.StringVar(&f.crashAt, "test-crash-at", "", "for crash tests only: kill the plugin (SIGKILL) when an operation reaches this point")
+	fs.StringVar(&f.crashAt, "test-crash-at", "", "for crash tests only (and only with "+crashEnv+"=1): kill the plugin (SIGKILL) when an operation reaches this point")
 	kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(kfs)
 	kfs.VisitAll(func(fl *flag.Flag) { fs.Var(fl.Value, fl.Name, fl.Usage) })
@@ -84,6 +84,9 @@ func parseFlags(args []string) (flags, error) {
 	}
 	if f.mode != "controller" && f.nodeID == "" {
 		return f, fmt.Errorf("--nodeid is required in %s mode", f.mode)
+	}
+	if f.crashAt != "" && os.Getenv(crashEnv) != "1" {
+		return f, fmt.Errorf("--test-crash-at is for the project's crash tests only: it needs %s=1 in the environment", crashEnv)
 	}
 	if !validDriverName(f.driverName) {
 		return f, fmt.Errorf("--drivername %q: want a reverse-DNS name of at most 63 characters, like %s", f.driverName, DefaultDriverName)

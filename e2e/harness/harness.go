@@ -184,6 +184,8 @@ func (p *Plugin) Start() {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
+	// The crash tests' --test-crash-at is refused without it.
+	cmd.Env = append(cmd.Env, "RBDCSI_ALLOW_TEST_CRASH=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		p.t.Fatal(err)
