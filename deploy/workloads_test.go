@@ -113,6 +113,10 @@ func TestNodeDaemonSet(t *testing.T) {
 	if v, _, _, err := resolve(w.spec, plugin, stateDir); err != nil || v.HostPath == nil {
 		t.Errorf("node plugin: --state-dir %q must be on a hostPath volume (%v)", stateDir, err)
 	}
+	// Key files never reach a disk: --key-dir is a memory-backed emptyDir.
+	if v, _, _, err := resolve(w.spec, plugin, args["key-dir"]); err != nil || v.EmptyDir == nil || v.EmptyDir.Medium != corev1.StorageMediumMemory {
+		t.Errorf("node plugin: --key-dir %q must be on an emptyDir with medium Memory (%v)", args["key-dir"], err)
+	}
 	// Bidirectional propagation is only allowed in privileged containers.
 	for _, c := range w.spec.Containers {
 		for _, mnt := range c.VolumeMounts {

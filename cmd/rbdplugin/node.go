@@ -28,6 +28,7 @@ type nodeFlags struct {
 	defaultMounter string
 	maxVolumes     int64
 	stateDir       string
+	keyDir         string
 	mapTimeout     time.Duration
 	fsTimeout      time.Duration
 }
@@ -37,6 +38,7 @@ func addNodeFlags(fs *flag.FlagSet) *nodeFlags {
 	fs.StringVar(&f.defaultMounter, "default-mounter", mapper.KRBD, "how to map a volume whose StorageClass sets no \"mounter\": "+strings.Join(config.Mounters, ", "))
 	fs.Int64Var(&f.maxVolumes, "max-volumes-per-node", 0, "volumes this node can have attached, reported in NodeGetInfo and, through the node registry, enforced by ControllerPublish (0: no limit)")
 	fs.StringVar(&f.stateDir, "state-dir", "/var/lib/rbdcsi/node", "node state (per-volume records, rbd-fuse directories); must survive plugin restarts")
+	fs.StringVar(&f.keyDir, "key-dir", "", "where a map writes the user's key for the Ceph tools, for the length of the call; mount a memory-backed directory here so no key ever reaches a disk. Empty: <state-dir>/keys")
 	fs.DurationVar(&f.mapTimeout, "map-timeout", 60*time.Second, "bound on one map, unmap or losetup command")
 	fs.DurationVar(&f.fsTimeout, "fs-timeout", 10*time.Minute, "bound on one mkfs, resize2fs or xfs_growfs")
 	return f
@@ -59,9 +61,16 @@ func newNode(f flags, clusters *config.ClusterMap, fence node.Fence, fault func(
 	if err := os.MkdirAll(nf.stateDir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("--state-dir: %w", err)
 	}
-	keys, err := mapper.PrepareKeyDir(filepath.Join(nf.stateDir, "keys"))
+	keyDir := nf.keyDir
+	if keyDir == "" {
+		keyDir = filepath.Join(nf.stateDir, "keys")
+	}
+	if !filepath.IsAbs(keyDir) {
+		return nil, nil, fmt.Errorf("--key-dir %q must be absolute", keyDir)
+	}
+	keys, err := mapper.PrepareKeyDir(keyDir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--state-dir: %w", err)
+		return nil, nil, fmt.Errorf("--key-dir: %w", err)
 	}
 	run := command.ExecRunner{Timeout: nf.mapTimeout}
 	mappers := map[string]mapper.Mapper{
