@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"net"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +30,11 @@ func TestHealthAndMetricsWiring(t *testing.T) {
 			if err != nil {
 				t.Errorf("%s/%s: --%s=%s: %v", w.name, c.Name, flag, addr, err)
 				return 0
+			}
+			// In the host's network namespace, ":port" would listen on
+			// every interface of the node.
+			if host, _, _ := net.SplitHostPort(addr); w.spec.HostNetwork && (host == "" || host == "0.0.0.0" || host == "::") {
+				t.Errorf("%s/%s: --%s=%s listens on every interface of the node: use $(POD_IP) or 127.0.0.1", w.name, c.Name, flag, addr)
 			}
 			if other, dup := listening[port]; dup {
 				t.Errorf("%s: %s and %s both listen on port %d", w.name, other, c.Name, port)

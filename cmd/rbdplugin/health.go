@@ -76,7 +76,7 @@ func (h *healthFlags) start(ctx context.Context, endpoint string) (wait func(), 
 	if h.addr == "" {
 		return func() {}, nil
 	}
-	l, err := net.Listen("tcp", h.addr)
+	l, err := net.Listen("tcp", listenAddress(h.addr))
 	if err != nil {
 		return nil, fmt.Errorf("--health-address: %w", err)
 	}

@@ -217,7 +217,7 @@ func startMetrics(ctx context.Context, addr string) (*metrics.Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("tcp", addr)
+	l, err := net.Listen("tcp", listenAddress(addr))
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-address: %w", err)
 	}
