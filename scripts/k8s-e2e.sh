@@ -120,6 +120,11 @@ main() {
 		printf '[{"clusterID": "ceph1", "monitors": ["%s"]}]\n' "$CEPH_MON_HOST" >"$work/deploy/e2e/local/cluster-config.json"
 		printf '%s' "$CEPH_CSI_USER" >"$work/deploy/e2e/local/userID"
 		printf '%s' "$CEPH_CSI_KEY" >"$work/deploy/e2e/local/userKey"
+		# The node plugins' user, as deploy/kubernetes/secret.yaml says to make it.
+		printf 'rbdcsi-node' >"$work/deploy/e2e/local/nodeUserID"
+		ceph -c "$CEPH_CONF" auth get-or-create client.rbdcsi-node mon 'allow r' \
+			osd "allow rwx pool=$CEPH_POOL object_prefix rbdcsi.nodes" >/dev/null
+		ceph -c "$CEPH_CONF" auth print-key client.rbdcsi-node >"$work/deploy/e2e/local/nodeUserKey"
 	)
 	"$KUBECTL" apply -k "$work/deploy/e2e"
 	"$KUBECTL" -n rbdcsi rollout status deployment/rbdcsi-controller --timeout=180s

@@ -1,0 +1,64 @@
+package controller
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/rbdcsi/rbdcsi/e2e/harness"
+)
+
+// The node plugins' own Ceph user, with the rights deploy/kubernetes/
+// secret.yaml gives it, is enough for the heartbeat that makes a node
+// attachable, and not for removing an image or forging an attachment.
+func TestNodeUserCanOnlyHeartbeat(t *testing.T) {
+	e := setupAttach(t)
+	const user = "rbdcsi-node-e2e"
+	_, err := e.c.Ceph("auth", "get-or-create", "client."+user,
+		"mon", "allow r", "osd", "allow rwx pool="+e.c.Pool+" object_prefix rbdcsi.nodes")
+	harness.Must(t, err, "create the node user")
+	t.Cleanup(func() { _, _ = e.c.Ceph("auth", "del", "client."+user) })
+	key, err := e.c.Ceph("auth", "print-key", "client."+user)
+	harness.Must(t, err, "the node user's key")
+	key = strings.TrimSpace(key)
+	dir := t.TempDir()
+	for name, v := range map[string]string{"userID": user, "userKey": key} {
+		harness.Must(t, os.WriteFile(filepath.Join(dir, name), []byte(v), 0o600), "write %s", name)
+	}
+	e.startNode(t, "node-restricted", "--node-secret-dir", dir) // the last --node-secret-dir wins
+
+	v := e.mustCreate(t, "node-user", 8*mib).VolumeId
+	rwo := capOf(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, false)
+	harness.Must(t, e.publish(t, v, "node-restricted", rwo, false), "publish to the node whose heartbeat the restricted user writes")
+	e.unpublish(t, v, "node-restricted")
+
+	image := e.c.Pool + "/" + v[strings.LastIndex(v, ":")+1:]
+	keyFile := filepath.Join(dir, "key")
+	harness.Must(t, os.WriteFile(keyFile, []byte(key), 0o600), "write the key file")
+	as := func(args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "rbd", append([]string{"-c", e.c.Conf, "--id", user, "--keyfile", keyFile}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := as("image-meta", "set", image, "rbdcsi.attach/node-evil", "rw:SINGLE_NODE_WRITER"); err == nil {
+		t.Errorf("the node user forged an attachment record: %s", out)
+	}
+	if out, err := as("rm", image); err == nil {
+		t.Errorf("the node user removed an image: %s", out)
+	}
+	if !slices.Contains(strings.Fields(strings.Join(e.c.Images(t), " ")), v[strings.LastIndex(v, ":")+1:]) {
+		t.Fatal("the image is gone")
+	}
+	if got := e.publishedNodes(t, v); len(got) != 0 {
+		t.Errorf("attached to %v after the node user's attempts", got)
+	}
+	e.delete(t, v)
+}
