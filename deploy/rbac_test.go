@@ -46,8 +46,6 @@ var documentedRBAC = map[string]sidecarRBAC{
 			events,
 			{"snapshot.storage.k8s.io", "volumesnapshots", []string{"get", "list", "watch", "update"}},
 			{"snapshot.storage.k8s.io", "volumesnapshotcontents", []string{"get", "list"}},
-			{"storage.k8s.io", "csinodes", []string{"get", "list", "watch"}},
-			{"", "nodes", []string{"get", "list", "watch"}},
 			// Needed because the driver has PUBLISH_UNPUBLISH_VOLUME.
 			{"storage.k8s.io", "volumeattachments", []string{"get", "list", "watch"}},
 		},
@@ -57,6 +55,11 @@ var documentedRBAC = map[string]sidecarRBAC{
 			{"storage.k8s.io", "csistoragecapacities", []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 			{"", "pods", []string{"get"}},
 			{"apps", "replicasets", []string{"get"}},
+			// Documented, but v6.3.0 watches nodes and CSINodes only for a
+			// driver with VOLUME_ACCESSIBILITY_CONSTRAINTS (cmd/csi-provisioner:
+			// ctrl.SupportsTopology), which this one does not advertise yet.
+			{"storage.k8s.io", "csinodes", []string{"get", "list", "watch"}},
+			{"", "nodes", []string{"get", "list", "watch"}},
 		},
 	},
 	attacherRepo: {
@@ -77,13 +80,18 @@ var documentedRBAC = map[string]sidecarRBAC{
 		cluster: []rule{
 			{"", "persistentvolumes", []string{"get", "list", "watch", "patch"}},
 			{"", "persistentvolumeclaims", []string{"get", "list", "watch"}},
-			{"", "pods", []string{"get", "list", "watch"}},
 			{"", "persistentvolumeclaims/status", []string{"patch"}},
 			events,
 			{"storage.k8s.io", "volumeattributesclasses", []string{"get", "list", "watch"}},
 		},
 		namespaced: []rule{leases},
-		optional:   []rule{{"", "secrets", []string{"get", "list", "watch"}}},
+		optional: []rule{
+			{"", "secrets", []string{"get", "list", "watch"}},
+			// Documented, but v2.3.0 watches pods only with
+			// --handle-volume-inuse-error=true (pkg/controller: NewResizeController);
+			// controller.yaml sets it false.
+			{"", "pods", []string{"get", "list", "watch"}},
+		},
 	},
 	snapshotterRepo: {
 		clusterRole: "rbdcsi-external-snapshotter",
@@ -387,3 +395,15 @@ func TestGrantsOfSeesEverything(t *testing.T) {
 }
 
 func objMeta(ns, name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: ns, Name: name} }
+
+// TestResizerWatchesNoPods: the resizer's role grants no pods, which holds
+// only while it runs with --handle-volume-inuse-error=false.
+func TestResizerWatchesNoPods(t *testing.T) {
+	for _, w := range workloads(loadAll(t).inDir(kubernetesDir)) {
+		for _, c := range w.spec.Containers {
+			if strings.HasPrefix(c.Image, resizerRepo+":") && mustFlags(t, c)["handle-volume-inuse-error"] != "false" {
+				t.Errorf("%s/%s: needs --handle-volume-inuse-error=false (its role has no pods rule)", w.name, c.Name)
+			}
+		}
+	}
+}
