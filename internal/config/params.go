@@ -31,6 +31,9 @@ var Mounters = []string{"krbd", "nbd", "fuse"}
 // FsTypes the node can format and mount.
 var FsTypes = []string{"ext4", "xfs"}
 
+// DefaultFsType is the filesystem of a volume whose capability names none.
+const DefaultFsType = "ext4"
+
 // Params are the validated StorageClass parameters of a volume.
 type Params struct {
 	ClusterID     string
@@ -55,10 +58,10 @@ func ParseParams(in map[string]string) (Params, error) {
 	if len(p.MkfsOptions) > 0 {
 		fs := p.FsType
 		if fs == "" {
-			fs = FsTypes[0]
+			fs = DefaultFsType
 		}
 		if err := CheckMkfsOptions(fs, p.MkfsOptions); err != nil {
-			return Params{}, fmt.Errorf("%w (checked for the StorageClass's %s, %s when unset)", err, ParamFsType, FsTypes[0])
+			return Params{}, fmt.Errorf("%w (checked for the StorageClass's %s, %s when unset)", err, ParamFsType, DefaultFsType)
 		}
 	}
 	if p.ImageFeatures != nil {

@@ -53,7 +53,7 @@ func parseCapability(c *csi.VolumeCapability) (capSpec, error) {
 	case *csi.VolumeCapability_Mount:
 		fs := at.Mount.GetFsType()
 		if fs == "" {
-			fs = defaultFsType
+			fs = config.DefaultFsType
 		}
 		if !slices.Contains(config.FsTypes, fs) {
 			return capSpec{}, fmt.Errorf("filesystem %.30q is not supported (choose one of %s)", fs, strings.Join(config.FsTypes, ", "))
@@ -73,8 +73,6 @@ func parseCapability(c *csi.VolumeCapability) (capSpec, error) {
 		return capSpec{}, fmt.Errorf("volume capability has neither block nor mount access type")
 	}
 }
-
-const defaultFsType = "ext4"
 
 // readerOnly reports whether the access mode allows no writer at all.
 func (c capSpec) readerOnly() bool {
