@@ -112,9 +112,22 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	if err != nil {
 		return nil, err
 	}
+	if err := c.deleteSnapshot(ctx, pool, id, snap); err != nil {
+		return nil, err
+	}
+	klog.V(2).InfoS("deleted snapshot", "snapshotID", id)
+	// Only now, with the locks released: the sweep skips what a request
+	// holds, and this one held the image it may have left to reclaim.
+	c.sweeper.after(pool)
+	return &csi.DeleteSnapshotResponse{}, nil
+}
+
+// deleteSnapshot removes the snapshot and its claim under the snapshot's
+// and its image's locks, and reclaims the image if it was kept only for it.
+func (c *Controller) deleteSnapshot(ctx context.Context, pool rbd.Pool, id string, snap volid.Snapshot) error {
 	release, ok := c.locks.TryLock("snapid/" + id)
 	if !ok {
-		return nil, pending("snapshot " + id)
+		return pending("snapshot " + id)
 	}
 	defer release()
 
@@ -122,25 +135,20 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	// finishRemoval).
 	releaseParent, err := c.waitLock(ctx, parentKey(snap.Pool, snap.ImageID))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer releaseParent()
 	err = c.backend.RemoveSnapshot(ctx, pool, snap.ImageID, snap.Snap)
 	if err != nil && !errors.Is(err, rbd.ErrNotFound) && !errors.Is(err, rbd.ErrPoolNotFound) {
 		if errors.Is(err, rbd.ErrBusy) {
-			return nil, status.Errorf(codes.FailedPrecondition, "snapshot %s is in use; retry later", id)
+			return status.Errorf(codes.FailedPrecondition, "snapshot %s is in use; retry later", id)
 		}
-		return nil, cephStatus(err)
+		return cephStatus(err)
 	}
 	if err := c.backend.Unclaim(ctx, pool, claimPrefix+snap.Snap); err != nil && !errors.Is(err, rbd.ErrPoolNotFound) {
-		return nil, cephStatus(err)
+		return cephStatus(err)
 	}
-	if err := c.reclaim(ctx, pool, snap.ImageID); err != nil {
-		return nil, err
-	}
-	klog.V(2).InfoS("deleted snapshot", "snapshotID", id)
-	c.sweeper.after(pool)
-	return &csi.DeleteSnapshotResponse{}, nil
+	return c.reclaim(ctx, pool, snap.ImageID)
 }
 
 // GetSnapshot reports one snapshot.
