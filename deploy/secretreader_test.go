@@ -1,0 +1,90 @@
+package deploy
+
+import (
+	"slices"
+	"testing"
+
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
+)
+
+// sidecarSecretOps are the operations whose secrets the controller's
+// sidecars fetch from the API. The node-stage secret is kubelet's to
+// fetch, with its own rights.
+var sidecarSecretOps = []string{"provisioner", "controller-publish", "controller-expand", "controller-modify", "snapshotter", "groupsnapshotter"}
+
+// TestSecretReaderNamesItsSecrets: the controller may get exactly the
+// Secrets the StorageClasses and VolumeSnapshotClasses name for its
+// sidecars, by name, and no other Secret of their namespace.
+func TestSecretReaderNamesItsSecrets(t *testing.T) {
+	m := loadAll(t).inDir(kubernetesDir)
+	ctrl := only[*appsv1.Deployment](t, m, "Deployment")
+	sa, ns := ctrl.Spec.Template.Spec.ServiceAccountName, ctrl.Namespace
+
+	want := map[string]bool{} // "namespace/name"
+	refer := func(params map[string]string) {
+		for _, op := range sidecarSecretOps {
+			if name := params["csi.storage.k8s.io/"+op+"-secret-name"]; name != "" {
+				want[params["csi.storage.k8s.io/"+op+"-secret-namespace"]+"/"+name] = true
+			}
+		}
+	}
+	scs, _ := all[*storagev1.StorageClass](m)
+	for _, sc := range scs {
+		refer(sc.Parameters)
+	}
+	vscs, _ := all[*snapv1.VolumeSnapshotClass](m)
+	for _, vsc := range vscs {
+		refer(vsc.Parameters)
+	}
+	if len(want) == 0 {
+		t.Fatal("no class names a secret for the sidecars")
+	}
+
+	got := secretsReadable(t, m, ns, sa)
+	for s := range want {
+		if !got[s] {
+			t.Errorf("service account %s/%s cannot get Secret %s, which a class names for its sidecars", ns, sa, s)
+		}
+	}
+	for s := range got {
+		if !want[s] {
+			t.Errorf("service account %s/%s can get Secret %s, which no class names for its sidecars", ns, sa, s)
+		}
+	}
+}
+
+// secretsReadable returns the Secrets ("namespace/name") that the service
+// account may get through Roles; a rule without resourceNames fails t,
+// since it would open every Secret of its namespace.
+func secretsReadable(t *testing.T, m *manifests, ns, sa string) map[string]bool {
+	t.Helper()
+	roles, _ := all[*rbacv1.Role](m)
+	rbs, _ := all[*rbacv1.RoleBinding](m)
+	out := map[string]bool{}
+	for _, b := range rbs {
+		if b.RoleRef.Kind != "Role" || !slices.ContainsFunc(b.Subjects, func(s rbacv1.Subject) bool {
+			return s.Kind == rbacv1.ServiceAccountKind && s.Name == sa && s.Namespace == ns
+		}) {
+			continue
+		}
+		r := findNamed(roles, b.Namespace, b.RoleRef.Name)
+		if r == nil {
+			continue
+		}
+		for _, rule := range r.Rules {
+			if !slices.Contains(rule.APIGroups, "") || !slices.Contains(rule.Resources, "secrets") || !slices.Contains(rule.Verbs, "get") {
+				continue
+			}
+			if len(rule.ResourceNames) == 0 {
+				t.Errorf("Role %s/%s: gets every Secret of its namespace; list the ones the classes name in resourceNames", r.Namespace, r.Name)
+			}
+			for _, name := range rule.ResourceNames {
+				out[r.Namespace+"/"+name] = true
+			}
+		}
+	}
+	return out
+}
