@@ -11,13 +11,16 @@ import (
 )
 
 // TestClusterConfigAndSecret: the plugin's --cluster-config is a key of a
-// mounted ConfigMap that holds a valid cluster map, and the controller's
-// --controller-secret-dir a mounted Secret with userID and userKey.
+// mounted ConfigMap that holds a valid cluster map, the same map for the
+// controller and the node plugin (each reads a copy in its own namespace),
+// and the controller's --controller-secret-dir a mounted Secret with
+// userID and userKey.
 func TestClusterConfigAndSecret(t *testing.T) {
 	m := loadAll(t).inDir(kubernetesDir)
 	cms, _ := all[*corev1.ConfigMap](m)
 	secrets, _ := all[*corev1.Secret](m)
 	defaults := loadPluginFlags(t)
+	maps := map[string]string{} // cluster map -> the first workload that reads it
 	for _, w := range workloads(m) {
 		plugin := oneContainer(t, w, pluginRepo)
 		args := mustFlags(t, plugin)
@@ -41,6 +44,10 @@ func TestClusterConfigAndSecret(t *testing.T) {
 		}
 		if _, err := config.LoadClusterMap(file); err != nil {
 			t.Errorf("%s: ConfigMap %s: %v", w.name, cm.Name, err)
+		}
+		maps[data] = w.name
+		if len(maps) > 1 {
+			t.Errorf("%s: ConfigMap %s/%s holds another cluster map than the other workloads read", w.name, cm.Namespace, cm.Name)
 		}
 
 		dir, ok := args["controller-secret-dir"]

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
-	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 )
 
@@ -68,28 +67,6 @@ func TestCSIDriverSpec(t *testing.T) {
 		}
 		if !slices.Equal(s.VolumeLifecycleModes, []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}) {
 			t.Errorf("CSIDriver %s: volumeLifecycleModes = %v, want [Persistent]", d.Name, s.VolumeLifecycleModes)
-		}
-	}
-}
-
-// TestNamespaces: every namespaced object is in the one Namespace the
-// manifests create.
-func TestNamespaces(t *testing.T) {
-	m := loadAll(t).inDir(kubernetesDir)
-	ns := only[*corev1.Namespace](t, m, "Namespace").Name
-	for _, o := range m.objects {
-		meta := o.obj.(interface {
-			GetNamespace() string
-		})
-		switch o.obj.(type) {
-		case *corev1.Namespace, *storagev1.CSIDriver, *storagev1.StorageClass, *snapv1.VolumeSnapshotClass:
-			if meta.GetNamespace() != "" {
-				t.Errorf("%s: cluster-scoped object with a namespace", o)
-			}
-		default:
-			if !strings.HasPrefix(o.gvk.Kind, "Cluster") && meta.GetNamespace() != ns {
-				t.Errorf("%s: namespace %q, want %q", o, meta.GetNamespace(), ns)
-			}
 		}
 	}
 }

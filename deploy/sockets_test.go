@@ -6,12 +6,14 @@ import (
 	"testing"
 )
 
-// kubeletPluginsDir is where kubelet expects CSI sockets and
-// kubeletRegistryDir where it watches for registration sockets.
+// kubeletPluginsDir is where kubelet expects CSI sockets (and keeps staging
+// paths), kubeletRegistryDir where it watches for registration sockets,
+// kubeletPodsDir where the pods' target paths are.
 const (
 	kubeletDir         = "/var/lib/kubelet"
 	kubeletPluginsDir  = kubeletDir + "/plugins"
 	kubeletRegistryDir = kubeletDir + "/plugins_registry"
+	kubeletPodsDir     = kubeletDir + "/pods"
 )
 
 // TestSocketPaths: in every pod the plugin listens where each sidecar

@@ -2,6 +2,8 @@ package deploy
 
 import (
 	"path"
+	"slices"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -91,7 +93,8 @@ func TestNodeDaemonSet(t *testing.T) {
 		{"/dev", "/dev", false, ""},
 		{"/sys", "/sys", false, ""},
 		{"/lib/modules", "/lib/modules", true, ""},
-		{kubeletDir, kubeletDir, false, corev1.MountPropagationBidirectional},
+		{kubeletPluginsDir, kubeletPluginsDir, false, corev1.MountPropagationBidirectional},
+		{kubeletPodsDir, kubeletPodsDir, false, corev1.MountPropagationBidirectional},
 	} {
 		v, mount, rel, err := resolve(w.spec, plugin, wm.mountPath)
 		switch {
@@ -103,6 +106,22 @@ func TestNodeDaemonSet(t *testing.T) {
 			t.Errorf("node plugin: %s readOnly=%v, want %v", wm.mountPath, mount.ReadOnly, wm.readOnly)
 		case wm.propagation != "" && (mount.MountPropagation == nil || *mount.MountPropagation != wm.propagation):
 			t.Errorf("node plugin: %s needs mountPropagation %s", wm.mountPath, wm.propagation)
+		}
+	}
+	// Of kubelet's directory, only the parts CSI paths and registration
+	// sockets lie in: never its own credentials and state.
+	for _, v := range w.spec.Volumes {
+		if v.HostPath == nil {
+			continue
+		}
+		p := path.Clean(v.HostPath.Path)
+		if p != kubeletDir && !strings.HasPrefix(p, kubeletDir+"/") {
+			continue
+		}
+		if !slices.ContainsFunc([]string{kubeletPluginsDir, kubeletPodsDir, kubeletRegistryDir}, func(d string) bool {
+			return p == d || strings.HasPrefix(p, d+"/")
+		}) {
+			t.Errorf("node pod: volume %s mounts the host's %s, outside %s/{plugins,pods,plugins_registry}", v.Name, p, kubeletDir)
 		}
 	}
 	// The state records survive restarts only on the host.

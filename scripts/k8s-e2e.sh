@@ -57,10 +57,12 @@ collect_artifacts() {
 	if [[ -x $k ]]; then
 		"$k" get all,pvc,pv,volumeattachments,csinodes,volumesnapshots,volumesnapshotcontents -A -o wide >"$ARTIFACTS/objects.txt" 2>&1 || true
 		"$k" get events -A --sort-by=.lastTimestamp >"$ARTIFACTS/events.txt" 2>&1 || true
-		local p c
-		for p in $("$k" -n rbdcsi get pods -o name 2>/dev/null); do
-			for c in $("$k" -n rbdcsi get "$p" -o jsonpath='{.spec.containers[*].name}' 2>/dev/null); do
-				"$k" -n rbdcsi logs "$p" -c "$c" >"$ARTIFACTS/${p#pod/}.$c.log" 2>&1 || true
+		local ns p c
+		for ns in rbdcsi rbdcsi-node; do
+			for p in $("$k" -n "$ns" get pods -o name 2>/dev/null); do
+				for c in $("$k" -n "$ns" get "$p" -o jsonpath='{.spec.containers[*].name}' 2>/dev/null); do
+					"$k" -n "$ns" logs "$p" -c "$c" >"$ARTIFACTS/${p#pod/}.$c.log" 2>&1 || true
+				done
 			done
 		done
 	fi
@@ -128,7 +130,7 @@ main() {
 	)
 	"$KUBECTL" apply -k "$work/deploy/e2e"
 	"$KUBECTL" -n rbdcsi rollout status deployment/rbdcsi-controller --timeout=180s
-	"$KUBECTL" -n rbdcsi rollout status daemonset/rbdcsi-node --timeout=180s
+	"$KUBECTL" -n rbdcsi-node rollout status daemonset/rbdcsi-node --timeout=180s
 	local i
 	for ((i = 0; i < 120; i++)); do
 		[[ $("$KUBECTL" get csinode "$E2E_NODE_NAME" -o jsonpath='{.spec.drivers[*].name}' 2>/dev/null) == *rbd.csi.rbdcsi.dev* ]] && break

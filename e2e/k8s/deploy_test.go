@@ -61,13 +61,12 @@ func TestDriverDeployed(t *testing.T) {
 	}
 
 	// No sidecar of the base manifests is missing but the two stood in for.
-	var pods corev1.PodList
-	k.get(&pods, "pods", "--namespace", "rbdcsi")
+	pods := driverPods(t, k)
 	want := map[string][]string{
 		"controller": {"rbdplugin", "csi-provisioner", "csi-attacher", "csi-resizer", "csi-snapshotter"},
 		"node":       {"rbdplugin"},
 	}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		component := p.Labels["app.kubernetes.io/component"]
 		var names []string
 		for _, c := range p.Spec.Containers {
@@ -88,16 +87,30 @@ func TestDriverDeployed(t *testing.T) {
 // failing liveness probe, a crash) during the run.
 func checkDriverNotRestarted(t *testing.T, k *kube) {
 	t.Helper()
-	var pods corev1.PodList
-	k.get(&pods, "pods", "--namespace", "rbdcsi")
-	if len(pods.Items) == 0 {
-		t.Error("no driver pods in namespace rbdcsi")
-	}
-	for _, p := range pods.Items {
+	for _, p := range driverPods(t, k) {
 		for _, c := range p.Status.ContainerStatuses {
 			if c.RestartCount != 0 {
 				t.Errorf("pod %s: container %s restarted %d times during the run", p.Name, c.Name, c.RestartCount)
 			}
 		}
 	}
+}
+
+// driverNamespaces are where deploy/kubernetes runs the controller
+// (restricted) and the node plugin (privileged).
+var driverNamespaces = []string{"rbdcsi", "rbdcsi-node"}
+
+// driverPods lists the driver's pods; a namespace without one fails t.
+func driverPods(t *testing.T, k *kube) []corev1.Pod {
+	t.Helper()
+	var out []corev1.Pod
+	for _, ns := range driverNamespaces {
+		var pods corev1.PodList
+		k.get(&pods, "pods", "--namespace", ns)
+		if len(pods.Items) == 0 {
+			t.Errorf("no driver pods in namespace %s", ns)
+		}
+		out = append(out, pods.Items...)
+	}
+	return out
 }

@@ -1,0 +1,93 @@
+package deploy
+
+import (
+	"strings"
+	"testing"
+
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	psa "k8s.io/pod-security-admission/api"
+	"k8s.io/pod-security-admission/policy"
+)
+
+// levels from the least to the most permissive.
+var levels = []psa.Level{psa.LevelRestricted, psa.LevelBaseline, psa.LevelPrivileged}
+
+// TestPodSecurity: every namespaced object is in a Namespace the manifests
+// create; each Namespace enforces a Pod Security level; the pods of each
+// workload pass that level, judged by the Pod Security admission's own
+// checks; and no Namespace allows more than its most demanding pod needs.
+// So the controller's namespace is "restricted" and only the node plugin's
+// is "privileged".
+func TestPodSecurity(t *testing.T) {
+	m := loadAll(t).inDir(kubernetesDir)
+	namespaces, _ := all[*corev1.Namespace](m)
+	enforced := map[string]psa.Level{}
+	for _, ns := range namespaces {
+		level, err := psa.ParseLevel(ns.Labels[psa.EnforceLevelLabel])
+		if err != nil {
+			t.Errorf("Namespace %s: label %s: %v", ns.Name, psa.EnforceLevelLabel, err)
+		}
+		enforced[ns.Name] = level
+	}
+	for _, o := range m.objects {
+		meta := o.obj.(interface{ GetNamespace() string })
+		switch o.obj.(type) {
+		case *corev1.Namespace, *storagev1.CSIDriver, *storagev1.StorageClass, *snapv1.VolumeSnapshotClass:
+			if meta.GetNamespace() != "" {
+				t.Errorf("%s: cluster-scoped object with a namespace", o)
+			}
+		default:
+			if _, ok := enforced[meta.GetNamespace()]; !ok && !strings.HasPrefix(o.gvk.Kind, "Cluster") {
+				t.Errorf("%s: namespace %q is not one the manifests create", o, meta.GetNamespace())
+			}
+		}
+	}
+
+	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	needed := map[string]psa.Level{}
+	for _, w := range workloads(m) {
+		need := leastLevel(eval, w)
+		if levelIndex(need) > levelIndex(needed[w.namespace]) { // -1 while unset
+			needed[w.namespace] = need
+		}
+		if got, ok := enforced[w.namespace]; ok && levelIndex(need) > levelIndex(got) {
+			res := policy.AggregateCheckResults(eval.EvaluatePod(psa.LevelVersion{Level: got, Version: psa.LatestVersion()}, &metav1.ObjectMeta{Labels: w.labels}, &w.spec))
+			t.Errorf("%s: refused under %q in namespace %s: %s: %s", w.name, got, w.namespace, res.ForbiddenReason(), res.ForbiddenDetail())
+		}
+	}
+	for ns, level := range enforced {
+		need, ok := needed[ns]
+		if !ok {
+			need = psa.LevelRestricted
+		}
+		if levelIndex(level) > levelIndex(need) {
+			t.Errorf("Namespace %s enforces %q, but its pods need only %q", ns, level, need)
+		}
+	}
+}
+
+// leastLevel is the least permissive level that admits w's pods.
+func leastLevel(eval policy.Evaluator, w workload) psa.Level {
+	for _, l := range levels {
+		res := policy.AggregateCheckResults(eval.EvaluatePod(psa.LevelVersion{Level: l, Version: psa.LatestVersion()}, &metav1.ObjectMeta{Labels: w.labels}, &w.spec))
+		if res.Allowed {
+			return l
+		}
+	}
+	return psa.LevelPrivileged
+}
+
+func levelIndex(l psa.Level) int {
+	for i, x := range levels {
+		if x == l {
+			return i
+		}
+	}
+	return -1
+}
