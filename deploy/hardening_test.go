@@ -1,7 +1,10 @@
 package deploy
 
 import (
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,5 +58,47 @@ func TestControllerRunsRestricted(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no controller workload")
+	}
+}
+
+// TestImageUser: the plugin image runs as the controller's non-root user
+// unless told otherwise, and the node plugin, which must be root to map
+// and mount, says so; otherwise it would start as that user and fail at
+// its first map.
+func TestImageUser(t *testing.T) {
+	data, err := os.ReadFile("../build/Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := ""
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "USER" {
+			user = f[1] // the last stage's is the image's
+		}
+	}
+	uid, gid, ok := strings.Cut(user, ":")
+	if !ok || uid == "0" || gid == "0" || strings.Trim(uid+gid, "0123456789") != "" {
+		t.Fatalf("build/Dockerfile: USER %q, want a numeric non-root uid:gid (runAsNonRoot can only check a number)", user)
+	}
+	for _, w := range workloads(loadAll(t).inDir(kubernetesDir)) {
+		plugin := oneContainer(t, w, pluginRepo)
+		runAs := func(pick func(*corev1.PodSecurityContext) *int64, pickC func(*corev1.SecurityContext) *int64) string {
+			if plugin.SecurityContext != nil && pickC(plugin.SecurityContext) != nil {
+				return strconv.FormatInt(*pickC(plugin.SecurityContext), 10)
+			}
+			if w.spec.SecurityContext != nil && pick(w.spec.SecurityContext) != nil {
+				return strconv.FormatInt(*pick(w.spec.SecurityContext), 10)
+			}
+			return "" // the image's
+		}
+		u := runAs(func(p *corev1.PodSecurityContext) *int64 { return p.RunAsUser }, func(c *corev1.SecurityContext) *int64 { return c.RunAsUser })
+		g := runAs(func(p *corev1.PodSecurityContext) *int64 { return p.RunAsGroup }, func(c *corev1.SecurityContext) *int64 { return c.RunAsGroup })
+		want := uid + ":" + gid
+		if mustFlags(t, plugin)["mode"] == "node" {
+			want = "0:0"
+		}
+		if u+":"+g != want {
+			t.Errorf("%s: the plugin runs as %s:%s (empty: the image's %s), want %s", w.name, u, g, user, want)
+		}
 	}
 }

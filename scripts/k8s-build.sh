@@ -231,7 +231,7 @@ stop_registry() {
 
 # pack_image REF OUT.tar ENTRYPOINT ENV LAYER.tar...: an image of the given
 # layers (no base), for linux/amd64, saved as a tarball named REF that
-# `ctr images import` reads.
+# `ctr images import` reads. PACK_USER, if set, is the image's user.
 pack_image() {
 	local ref=$1 out=$2 ep=$3 env=$4 tmp args=()
 	shift 4
@@ -242,6 +242,7 @@ pack_image() {
 		die "crane append for $ref failed: $(tail -n 3 "$CACHE/tmp/registry.log")"
 	args=(--set-platform linux/amd64 --entrypoint "$ep")
 	[[ -z $env ]] || args+=(--env "$env")
+	[[ -z ${PACK_USER:-} ]] || args+=(--user "$PACK_USER")
 	crane mutate "${args[@]}" --tag "$ref" --output "$out.tmp" "$tmp" >/dev/null 2>>"$CACHE/tmp/registry.log" ||
 		die "crane mutate for $ref failed: $(tail -n 3 "$CACHE/tmp/registry.log")"
 	mv "$out.tmp" "$out"
@@ -302,13 +303,16 @@ build_rootfs() {
 }
 
 build_plugin_image() {
-	local key dir rootfs rootkey bin=$CACHE/plugin-$PLUGIN_SUITE
+	local key dir rootfs rootkey user bin=$CACHE/plugin-$PLUGIN_SUITE
 	rootfs=$("$ROOT/scripts/rootfs.sh" runtime "$PLUGIN_SUITE")
 	rootkey=$(head -1 "$rootfs/.rootfs-complete")
 	"$ROOT/scripts/suite.sh" build "$PLUGIN_SUITE" "$bin" >"$CACHE/plugin-build.log" 2>&1 ||
 		die "building the plugin on $PLUGIN_SUITE failed: $(tail -5 "$CACHE/plugin-build.log")"
 	log "plugin built on $PLUGIN_SUITE: $(head -1 "$CACHE/plugin-build.log")"
-	key="$PLUGIN_IMAGE $(sha256sum "$bin/rbdplugin" | cut -c1-16) $rootkey"
+	# The image's user is build/Dockerfile's, so the e2e meets what users run.
+	user=$(awk '$1 == "USER" { u = $2 } END { print u }' "$ROOT/build/Dockerfile")
+	[[ -n $user ]] || die "build/Dockerfile names no USER"
+	key="$PLUGIN_IMAGE $(sha256sum "$bin/rbdplugin" | cut -c1-16) $rootkey user=$user"
 	fresh image-rbdplugin "$key" "$IMAGES/rbdplugin.tar" && return
 	mkdir -p "$IMAGES"
 	# Two layers: the Debian root (compressed once, cached: crane takes a
@@ -323,7 +327,7 @@ build_plugin_image() {
 	dir=$(mktemp -d)
 	install -D -m 0755 "$bin/rbdplugin" "$dir/usr/local/bin/rbdplugin"
 	tar --numeric-owner --owner=0 --group=0 -C "$dir" -cf "$dir.bin.tar" .
-	pack_image "$PLUGIN_IMAGE" "$IMAGES/rbdplugin.tar" /usr/local/bin/rbdplugin \
+	PACK_USER=$user pack_image "$PLUGIN_IMAGE" "$IMAGES/rbdplugin.tar" /usr/local/bin/rbdplugin \
 		PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 		"$CACHE/rootfs-layer.tar.gz" "$dir.bin.tar"
 	rm -rf "$dir" "$dir.bin.tar"
