@@ -7,6 +7,7 @@
 package rbd
 
 import (
+	"sort"
 	"time"
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
@@ -35,6 +36,26 @@ type ImageSpec struct {
 	// Metadata is set right after the image is created. A crash between the
 	// two leaves an image without it, which callers treat as unfinished.
 	Metadata map[string]string
+	// Marker, if set, is the key of Metadata written last. Callers read its
+	// presence as "every other key is there", so a crash between two keys
+	// never leaves an image that looks finished but lacks some of them.
+	Marker string
+}
+
+// MetadataOrder is the order a backend writes spec.Metadata in: sorted,
+// with the Marker last.
+func (s ImageSpec) MetadataOrder() []string {
+	keys := make([]string, 0, len(s.Metadata))
+	for k := range s.Metadata {
+		if k != s.Marker {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	if _, ok := s.Metadata[s.Marker]; ok {
+		keys = append(keys, s.Marker)
+	}
+	return keys
 }
 
 // ImageInfo is what Stat reports.

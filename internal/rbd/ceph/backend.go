@@ -133,12 +133,12 @@ func (b *Backend) CreateImage(ctx context.Context, p rbd.Pool, name string, spec
 			return inMissingNamespace(ioctx, p, fmt.Errorf("creating image %s/%s: %w", p.Name, name, classify(err)))
 		}
 		b.fault("CreateImage:created")
-		return setMetadata(ioctx, name, spec.Metadata)
+		return setMetadata(ioctx, name, spec)
 	})
 }
 
-func setMetadata(ioctx *rados.IOContext, name string, kv map[string]string) error {
-	if len(kv) == 0 {
+func setMetadata(ioctx *rados.IOContext, name string, spec rbd.ImageSpec) error {
+	if len(spec.Metadata) == 0 {
 		return nil
 	}
 	img, err := librbd.OpenImage(ioctx, name, librbd.NoSnapshot)
@@ -146,8 +146,13 @@ func setMetadata(ioctx *rados.IOContext, name string, kv map[string]string) erro
 		return fmt.Errorf("opening image %s: %w", name, classify(err))
 	}
 	defer img.Close()
-	for _, k := range sortedKeys(kv) {
-		if err := img.SetMetadata(k, kv[k]); err != nil {
+	return writeMetadata(img, name, spec)
+}
+
+// writeMetadata sets spec.Metadata in spec.MetadataOrder(), Marker last.
+func writeMetadata(img *librbd.Image, name string, spec rbd.ImageSpec) error {
+	for _, k := range spec.MetadataOrder() {
+		if err := img.SetMetadata(k, spec.Metadata[k]); err != nil {
 			return fmt.Errorf("setting metadata %s on image %s: %w", k, name, classify(err))
 		}
 	}
@@ -157,7 +162,7 @@ func setMetadata(ioctx *rados.IOContext, name string, kv map[string]string) erro
 // SetMetadata sets keys on an existing image.
 func (b *Backend) SetMetadata(ctx context.Context, p rbd.Pool, name string, kv map[string]string) error {
 	return b.withIoctx(ctx, p, "SetMetadata", func(ioctx *rados.IOContext) error {
-		return setMetadata(ioctx, name, kv)
+		return setMetadata(ioctx, name, rbd.ImageSpec{Metadata: kv})
 	})
 }
 
@@ -296,15 +301,6 @@ func poolAvailable(conn *rados.Conn, pool string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("%w: pool %q", rbd.ErrPoolNotFound, pool)
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // RemoveMetadata removes keys from an image; missing keys are fine.

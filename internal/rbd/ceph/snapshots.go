@@ -222,12 +222,7 @@ func (b *Backend) Clone(ctx context.Context, parent, child rbd.Pool, name string
 				}
 			}
 		}
-		for _, k := range sortedKeys(spec.Metadata) {
-			if err := img.SetMetadata(k, spec.Metadata[k]); err != nil {
-				return fmt.Errorf("setting metadata %s on clone %s: %w", k, name, classify(err))
-			}
-		}
-		return nil
+		return writeMetadata(img, "clone "+name, spec.ImageSpec)
 	})
 }
 
