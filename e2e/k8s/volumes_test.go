@@ -27,6 +27,14 @@ func TestFilesystemPersists(t *testing.T) {
 			if !strings.Contains(ceph(t, k.e, "rbd", "ls", "-p", pool), img) {
 				t.Fatalf("image %s of PV %s is not in pool %s", img, pv.Name, pool)
 			}
+			// An admin can tell from the image which PVC and PV it serves.
+			for key, want := range map[string]string{
+				"rbdcsi.k8s.pvc.name": "data", "rbdcsi.k8s.pvc.namespace": k.ns, "rbdcsi.k8s.pv.name": pv.Name,
+			} {
+				if got := strings.TrimSpace(ceph(t, k.e, "rbd", "image-meta", "get", pool+"/"+img, key)); got != want {
+					t.Errorf("image %s: metadata %s = %q, want %q", img, key, got, want)
+				}
+			}
 
 			k.createPod(podOpts{name: "writer", pvc: "data"})
 			k.waitRunning("writer")

@@ -45,7 +45,26 @@ type Params struct {
 	MapOptions    string
 	UnmapOptions  string
 	MkfsOptions   []string
+	Owner         Owner // who asked for the volume, where the provisioner says
 }
+
+// Owner names the Kubernetes objects a volume was made for, from the
+// keys external-provisioner adds with --extra-create-metadata. Any of them
+// may be empty (a provisioner without the flag, csi-sanity).
+type Owner struct {
+	PVCName, PVCNamespace, PVName string
+}
+
+// The keys external-provisioner adds with --extra-create-metadata.
+const (
+	ParamPVCName      = ReservedPrefix + "pvc/name"
+	ParamPVCNamespace = ReservedPrefix + "pvc/namespace"
+	ParamPVName       = ReservedPrefix + "pv/name"
+)
+
+// maxOwnerNameLen bounds each owner name: Kubernetes names are at most 253
+// bytes, and anything longer is not the provisioner's.
+const maxOwnerNameLen = 253
 
 // ParseParams validates a CreateVolume parameter map. Unknown keys are
 // refused so a typo in a StorageClass is caught at the first PVC, not
@@ -131,6 +150,12 @@ func parse(in map[string]string) (Params, error) {
 	p.MapOptions, p.UnmapOptions = in[ParamMapOptions], in[ParamUnmapOptions]
 	if p.MkfsOptions, err = ParseMkfsOptions(in[ParamMkfsOptions]); err != nil {
 		return Params{}, err
+	}
+	p.Owner = Owner{PVCName: in[ParamPVCName], PVCNamespace: in[ParamPVCNamespace], PVName: in[ParamPVName]}
+	for _, k := range []string{ParamPVCName, ParamPVCNamespace, ParamPVName} {
+		if len(in[k]) > maxOwnerNameLen {
+			return Params{}, fmt.Errorf("parameter %s is longer than %d bytes", k, maxOwnerNameLen)
+		}
 	}
 	return p, nil
 }

@@ -60,7 +60,8 @@ func (c *Controller) createFromSource(ctx context.Context, pool rbd.Pool, image,
 	depth := src.depth + 1
 	spec := rbd.CloneSpec{ParentImage: src.image, ParentSnap: src.snap, DropMetadataPrefix: metaPrefix, ImageSpec: rbd.ImageSpec{
 		Size: size, Features: params.ImageFeatures, DataPool: params.DataPool,
-		Metadata: map[string]string{metaName: name, metaSource: srcID, metaDepth: strconv.Itoa(depth)},
+		Metadata: volumeMetadata(name, params.Owner, map[string]string{metaSource: srcID, metaDepth: strconv.Itoa(depth)}),
+		Marker:   metaName,
 	}}
 	if err := c.backend.Clone(ctx, src.pool, pool, image, spec); err != nil {
 		if errors.Is(err, rbd.ErrExists) {

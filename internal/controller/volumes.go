@@ -64,7 +64,8 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		Size:     uint64(size),
 		Features: params.ImageFeatures,
 		DataPool: params.DataPool,
-		Metadata: map[string]string{metaName: name},
+		Metadata: volumeMetadata(name, params.Owner, nil),
+		Marker:   metaName,
 	}
 	var finalSize int64
 	if cs := req.GetVolumeContentSource(); cs != nil {
