@@ -17,9 +17,13 @@ const MaxLen = 128
 const (
 	MaxClusterIDLen = 40
 	MaxPoolLen      = 32
-	maxImageLen     = 40
-	maxImageIDLen   = 24 // RBD image IDs are 12-16 hex digits
-	maxSnapLen      = 26
+	// Our own images' names are 28 bytes; static volumes name images of
+	// other makers (ceph-csi's csi-vol-<uuid> is 44, the in-tree plugin's
+	// kubernetes-dynamic-pvc-<uuid> 58). A long image in a long pool of a
+	// long clusterID is refused by the ID's total length instead.
+	maxImageLen   = 64
+	maxImageIDLen = 24 // RBD image IDs are 12-16 hex digits
+	maxSnapLen    = 26
 )
 
 const (
@@ -85,7 +89,13 @@ func (v Volume) Validate() error {
 	if err := ValidPool(v.Pool); err != nil {
 		return err
 	}
-	return validPart("image", v.Image, maxImageLen)
+	if err := validPart("image", v.Image, maxImageLen); err != nil {
+		return err
+	}
+	if n := len(v.String()); n > MaxLen {
+		return fmt.Errorf("volume ID %.50q... is %d bytes, over %d: use a shorter clusterID, pool or image name", v.String(), n, MaxLen)
+	}
+	return nil
 }
 
 // String encodes the snapshot ID.

@@ -12,12 +12,20 @@ func TestVolumeRoundTrip(t *testing.T) {
 	if err != nil || got != v {
 		t.Fatalf("DecodeVolume(%q) = %+v, %v; want %+v", id, got, err, v)
 	}
-	long := Volume{ClusterID: strings.Repeat("c", MaxClusterIDLen), Pool: strings.Repeat("p", MaxPoolLen), Image: strings.Repeat("i", maxImageLen)}
+	// Our own image names fit with the longest clusterID and pool.
+	long := Volume{ClusterID: strings.Repeat("c", MaxClusterIDLen), Pool: strings.Repeat("p", MaxPoolLen), Image: "csi-vol-0123456789abcdef0123"}
 	if err := long.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(long.String()); n > MaxLen {
-		t.Fatalf("longest volume ID is %d bytes, over %d", n, MaxLen)
+	// Other makers' longer names fit where the ID stays within MaxLen, and
+	// are refused where it would not.
+	static := Volume{ClusterID: "ceph1", Pool: "rbd", Image: "kubernetes-dynamic-pvc-" + strings.Repeat("u", 36)}
+	if err := static.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	static.ClusterID, static.Pool = long.ClusterID, long.Pool
+	if err := static.Validate(); err == nil || len(static.String()) <= MaxLen {
+		t.Fatalf("a %d-byte volume ID validated: %v", len(static.String()), err)
 	}
 }
 
