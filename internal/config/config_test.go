@@ -199,8 +199,30 @@ func TestParseParams(t *testing.T) {
 		"dash option":    {"clusterID": "c1", "pool": "rbd", "mapOptions": "-o,x"},
 		"shell mkfs":     {"clusterID": "c1", "pool": "rbd", "mkfsOptions": "-m0 $(reboot)"},
 		"long cluster":   {"clusterID": strings.Repeat("c", 41), "pool": "rbd"},
+		"static class":   {"clusterID": "c1", "pool": "rbd", "staticVolume": "true"},
+		"long pvc name":  {"clusterID": "c1", "pool": "rbd", "csi.storage.k8s.io/pvc/name": strings.Repeat("n", 254)},
 	} {
 		if _, err := ParseParams(in); err == nil {
+			t.Errorf("%s: accepted %v", name, in)
+		}
+	}
+}
+
+// staticVolume belongs to a PV's volumeAttributes: "true" or "false", and
+// the rest of the attributes are held to the StorageClass's rules.
+func TestStaticVolumeContext(t *testing.T) {
+	for v, want := range map[string]bool{"true": true, "false": false, "": false} {
+		p, err := ParseVolumeContext(map[string]string{"clusterID": "c1", "pool": "rbd", "staticVolume": v})
+		if err != nil || p.Static != want {
+			t.Errorf("staticVolume %q: static %v, %v; want %v", v, p.Static, err, want)
+		}
+	}
+	for name, in := range map[string]map[string]string{
+		"not a boolean": {"clusterID": "c1", "pool": "rbd", "staticVolume": "yes"},
+		"no pool":       {"clusterID": "c1", "staticVolume": "true"},
+		"bad mounter":   {"clusterID": "c1", "pool": "rbd", "staticVolume": "true", "mounter": "rbd-nbd"},
+	} {
+		if _, err := ParseVolumeContext(in); err == nil {
 			t.Errorf("%s: accepted %v", name, in)
 		}
 	}

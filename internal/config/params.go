@@ -19,6 +19,10 @@ const (
 	ParamMapOptions    = "mapOptions"
 	ParamUnmapOptions  = "unmapOptions"
 	ParamMkfsOptions   = "mkfsOptions"
+	// ParamStaticVolume "true" in a PV's volumeAttributes marks an image
+	// this driver did not create (rbd create, ceph-csi, the in-tree plugin)
+	// that an admin hands to it. Never a StorageClass parameter.
+	ParamStaticVolume = "staticVolume"
 )
 
 // ReservedPrefix marks keys the Kubernetes sidecars add or consume
@@ -46,6 +50,7 @@ type Params struct {
 	UnmapOptions  string
 	MkfsOptions   []string
 	Owner         Owner // who asked for the volume, where the provisioner says
+	Static        bool  // a volume context's staticVolume
 }
 
 // Owner names the Kubernetes objects a volume was made for, from the
@@ -73,6 +78,9 @@ func ParseParams(in map[string]string) (Params, error) {
 	p, err := parse(in)
 	if err != nil {
 		return Params{}, err
+	}
+	if p.Static {
+		return Params{}, fmt.Errorf("%s is a PersistentVolume's volumeAttribute for an existing image, not a StorageClass parameter", ParamStaticVolume)
 	}
 	if len(p.MkfsOptions) > 0 {
 		fs := p.FsType
@@ -107,12 +115,19 @@ func parse(in map[string]string) (Params, error) {
 	for _, k := range sortedKeys(in) {
 		switch k {
 		case ParamClusterID, ParamPool, ParamDataPool, ParamImageFeatures, ParamFsType,
-			ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions:
+			ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions, ParamStaticVolume:
 		default:
 			if !strings.HasPrefix(k, ReservedPrefix) {
 				return Params{}, fmt.Errorf("unknown parameter %.60q (known: %s)", k, strings.Join(knownParams(), ", "))
 			}
 		}
+	}
+	switch in[ParamStaticVolume] {
+	case "", "false":
+	case "true":
+		p.Static = true
+	default:
+		return Params{}, fmt.Errorf("parameter %s: %.30q is neither \"true\" nor \"false\"", ParamStaticVolume, in[ParamStaticVolume])
 	}
 	if p.ClusterID == "" {
 		return Params{}, fmt.Errorf("parameter %q is required", ParamClusterID)
@@ -187,7 +202,7 @@ func ParseMkfsOptions(s string) ([]string, error) {
 
 func knownParams() []string {
 	return []string{ParamClusterID, ParamPool, ParamDataPool, ParamImageFeatures, ParamFsType,
-		ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions}
+		ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions, ParamStaticVolume}
 }
 
 func contains(list []string, s string) bool {

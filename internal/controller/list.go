@@ -27,9 +27,9 @@ func (c *Controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 	if len(req.GetVolumeCapabilities()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "volume capabilities are missing")
 	}
-	vol, err := volid.DecodeVolume(id)
-	if err != nil || !isVolumeImage(vol.Image) {
-		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist", id)
+	vol, err := checkVolumeContext(id, req.GetVolumeContext())
+	if err != nil {
+		return nil, err
 	}
 	pool, err := c.pool(vol.ClusterID, vol.Pool, req.GetSecrets(), true)
 	if err != nil {
@@ -197,8 +197,9 @@ func (c *Controller) ControllerGetVolume(ctx context.Context, req *csi.Controlle
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
 	}
+	// Ours or a static volume's: the ID is all this call carries.
 	vol, err := volid.DecodeVolume(id)
-	if err != nil || !isVolumeImage(vol.Image) {
+	if err != nil {
 		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist", id)
 	}
 	pool, err := c.pool(vol.ClusterID, vol.Pool, nil, true)

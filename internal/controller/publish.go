@@ -40,8 +40,8 @@ func (c *Controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 	if err := checkCapability(req.GetVolumeCapability()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if _, err := volid.DecodeVolume(id); err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist", id)
+	if _, err := checkVolumeContext(id, req.GetVolumeContext()); err != nil {
+		return nil, err
 	}
 	n, known, err := c.nodes.Lookup(ctx, node)
 	if err != nil {
@@ -95,7 +95,9 @@ func (c *Controller) ControllerUnpublishVolume(ctx context.Context, req *csi.Con
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
 	}
-	if v, err := volid.DecodeVolume(id); err != nil || !isVolumeImage(v.Image) {
+	// Any image a volume ID names, ours or a static volume's, may carry
+	// our attachment records.
+	if _, err := volid.DecodeVolume(id); err != nil {
 		return &csi.ControllerUnpublishVolumeResponse{}, nil
 	}
 	vol, pool, release, err := c.lockVolume(id, req.GetSecrets(), true)

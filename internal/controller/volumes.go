@@ -196,11 +196,12 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	return &csi.ControllerExpandVolumeResponse{CapacityBytes: size, NodeExpansionRequired: nodeExpand}, nil
 }
 
-// lockVolume decodes a volume ID (NotFound if it is not one of ours),
-// resolves its pool and takes the volume's try-lock.
+// lockVolume decodes a volume ID (NotFound if it is not one), resolves its
+// pool and takes the volume's try-lock. The ID may name a static volume's
+// image (see static.go).
 func (c *Controller) lockVolume(id string, secrets map[string]string, ownCredsOK bool) (volid.Volume, rbd.Pool, func(), error) {
 	vol, err := volid.DecodeVolume(id)
-	if err != nil || !isVolumeImage(vol.Image) {
+	if err != nil {
 		return volid.Volume{}, rbd.Pool{}, nil, status.Errorf(codes.NotFound, "volume %.130q does not exist", id)
 	}
 	pool, err := c.pool(vol.ClusterID, vol.Pool, secrets, ownCredsOK)
@@ -214,10 +215,11 @@ func (c *Controller) lockVolume(id string, secrets map[string]string, ownCredsOK
 	return vol, pool, release, nil
 }
 
-// stat returns a finished volume image, or NotFound.
+// stat returns a volume's image, or NotFound: one named like ours must be
+// finished, a static volume's need only exist.
 func (c *Controller) stat(ctx context.Context, pool rbd.Pool, vol volid.Volume) (rbd.ImageInfo, error) {
 	info, err := c.backend.Stat(ctx, pool, vol.Image)
-	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && !finished(info.Metadata, vol.Image)) {
+	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && isVolumeImage(vol.Image) && !finished(info.Metadata, vol.Image)) {
 		return rbd.ImageInfo{}, status.Errorf(codes.NotFound, "volume %s does not exist", vol)
 	}
 	if err != nil {
