@@ -100,7 +100,7 @@ func TestBlockVolume(t *testing.T) {
 func TestSnapshotRestoreClone(t *testing.T) {
 	k := newKube(t, "snap")
 	k.createPVC(pvcOpts{name: "src", class: "rbdcsi-ext4", size: "256Mi"})
-	k.waitBound("src")
+	srcImage := imageOf(t, k.waitBound("src"))
 	k.createPod(podOpts{name: "src-pod", pvc: "src"})
 	k.waitRunning("src-pod")
 	k.mustExec("src-pod", "echo v1 > /data/state && sync")
@@ -116,6 +116,10 @@ spec:
     persistentVolumeClaimName: src
 `)
 	k.waitSnapshotReady("snap1")
+	// The image names the VolumeSnapshot its snapshot was taken for.
+	if meta := ceph(t, k.e, "rbd", "image-meta", "list", pool+"/"+srcImage); !strings.Contains(meta, `"volumeSnapshot":"snap1","namespace":"`+k.ns+`"`) {
+		t.Errorf("image %s does not name VolumeSnapshot %s/snap1: %s", srcImage, k.ns, meta)
+	}
 
 	// The source moves on.
 	k.mustExec("src-pod", "echo v2 > /data/state && sync")

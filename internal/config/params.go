@@ -67,6 +67,32 @@ const (
 	ParamPVName       = ReservedPrefix + "pv/name"
 )
 
+// The keys external-snapshotter adds to CreateSnapshot with
+// --extra-create-metadata.
+const (
+	ParamSnapshotName        = ReservedPrefix + "volumesnapshot/name"
+	ParamSnapshotNamespace   = ReservedPrefix + "volumesnapshot/namespace"
+	ParamSnapshotContentName = ReservedPrefix + "volumesnapshotcontent/name"
+)
+
+// SnapshotOwner names the Kubernetes objects a snapshot was taken for.
+type SnapshotOwner struct {
+	Name      string `json:"volumeSnapshot"`
+	Namespace string `json:"namespace"`
+	Content   string `json:"volumeSnapshotContent"`
+}
+
+// ParseSnapshotOwner reads the snapshotter's keys from CreateSnapshot
+// parameters; all empty without --extra-create-metadata.
+func ParseSnapshotOwner(in map[string]string) (SnapshotOwner, error) {
+	for _, k := range []string{ParamSnapshotName, ParamSnapshotNamespace, ParamSnapshotContentName} {
+		if len(in[k]) > maxOwnerNameLen {
+			return SnapshotOwner{}, fmt.Errorf("parameter %s is longer than %d bytes", k, maxOwnerNameLen)
+		}
+	}
+	return SnapshotOwner{Name: in[ParamSnapshotName], Namespace: in[ParamSnapshotNamespace], Content: in[ParamSnapshotContentName]}, nil
+}
+
 // maxOwnerNameLen bounds each owner name: Kubernetes names are at most 253
 // bytes, and anything longer is not the provisioner's.
 const maxOwnerNameLen = 253

@@ -38,23 +38,10 @@ const (
 	metaPVCName      = "rbdcsi.k8s.pvc.name"
 	metaPVCNamespace = "rbdcsi.k8s.pvc.namespace"
 	metaPVName       = "rbdcsi.k8s.pv.name"
+	// metaSnapPrefix + RBD snapshot name: the VolumeSnapshot (JSON of
+	// config.SnapshotOwner) that snapshot of the image was taken for.
+	metaSnapPrefix = "rbdcsi.k8s.snap."
 )
-
-// volumeMetadata is what CreateVolume writes on a new image: the request
-// name (the marker of a finished image, written last), the owner's names
-// where the provisioner gave them, and extra keys of the caller.
-func volumeMetadata(name string, owner config.Owner, extra map[string]string) map[string]string {
-	meta := map[string]string{metaName: name}
-	for k, v := range map[string]string{metaPVCName: owner.PVCName, metaPVCNamespace: owner.PVCNamespace, metaPVName: owner.PVName} {
-		if v != "" {
-			meta[k] = v
-		}
-	}
-	for k, v := range extra {
-		meta[k] = v
-	}
-	return meta
-}
 
 // Name prefixes of what the driver creates in a pool.
 const (

@@ -64,3 +64,58 @@ func TestImageNamesItsOwner(t *testing.T) {
 	_, err = create("pvc-4", nil, strings.Repeat("n", 254), "shop", "pvc-4")
 	wantCode(t, err, codes.InvalidArgument, "a PVC name longer than Kubernetes allows")
 }
+
+// A snapshot's image names the VolumeSnapshot it was taken for, under the
+// RBD snapshot's name, while the snapshot lives; a retry does not change
+// it, and DeleteSnapshot takes it away.
+func TestImageNamesItsSnapshots(t *testing.T) {
+	e := newEnv(t)
+	c := e.start("", controller.Options{})
+	vol := c.mustCreate(t, "pvc-1", nil)
+	t.Cleanup(func() { c.delete(t, vol) })
+	params := map[string]string{
+		"csi.storage.k8s.io/volumesnapshot/name":        "nightly",
+		"csi.storage.k8s.io/volumesnapshot/namespace":   "shop",
+		"csi.storage.k8s.io/volumesnapshotcontent/name": "snapcontent-1",
+	}
+	take := func() (*csi.Snapshot, error) {
+		resp, err := c.c.CreateSnapshot(ctx(t), &csi.CreateSnapshotRequest{Name: "snap-1", SourceVolumeId: vol, Parameters: params, Secrets: secrets()})
+		if err != nil {
+			return nil, err
+		}
+		return resp.Snapshot, nil
+	}
+	names := func() map[string]string {
+		info, err := e.ceph.Stat(ctx(t), e.pool, imageOf(t, vol))
+		must(t, err, "Stat")
+		out := map[string]string{}
+		for k, v := range info.Metadata {
+			if strings.HasPrefix(k, "rbdcsi.k8s.snap.") {
+				out[k] = v
+			}
+		}
+		return out
+	}
+
+	snap, err := take()
+	must(t, err, "CreateSnapshot")
+	const want = `{"volumeSnapshot":"nightly","namespace":"shop","volumeSnapshotContent":"snapcontent-1"}`
+	rbdSnap := snap.SnapshotId[strings.LastIndex(snap.SnapshotId, ":")+1:]
+	if got := names(); len(got) != 1 || got["rbdcsi.k8s.snap."+rbdSnap] != want {
+		t.Fatalf("after CreateSnapshot: %v, want %s under rbdcsi.k8s.snap.%s", got, want, rbdSnap)
+	}
+	_, err = take()
+	must(t, err, "CreateSnapshot again")
+	if got := names(); len(got) != 1 || got["rbdcsi.k8s.snap."+rbdSnap] != want {
+		t.Fatalf("after the retry: %v", got)
+	}
+	_, err = c.c.DeleteSnapshot(ctx(t), &csi.DeleteSnapshotRequest{SnapshotId: snap.SnapshotId, Secrets: secrets()})
+	must(t, err, "DeleteSnapshot")
+	if got := names(); len(got) != 0 {
+		t.Fatalf("after DeleteSnapshot: %v", got)
+	}
+
+	params["csi.storage.k8s.io/volumesnapshot/name"] = strings.Repeat("n", 254)
+	_, err = take()
+	wantCode(t, err, codes.InvalidArgument, "a VolumeSnapshot name longer than Kubernetes allows")
+}

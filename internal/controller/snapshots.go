@@ -36,6 +36,10 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 			return nil, status.Errorf(codes.InvalidArgument, "unknown snapshot parameter %.60q", k)
 		}
 	}
+	owner, err := config.ParseSnapshotOwner(req.GetParameters())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	vol, err := volid.DecodeVolume(srcID)
 	if err != nil || !isVolumeImage(vol.Image) {
 		return nil, status.Errorf(codes.NotFound, "source volume %.130q does not exist", srcID)
@@ -71,6 +75,9 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	}
 	c.opts.Fault("CreateSnapshot:claimed")
 	if s, ok := findSnap(fam.Snaps, snap.Snap); ok {
+		if err := c.nameSnapshot(ctx, pool, fam, snap.Snap, owner); err != nil {
+			return nil, err
+		}
 		c.settleClaim(ctx, pool, snap.Snap)
 		return &csi.CreateSnapshotResponse{Snapshot: snapshotOf(snap, srcID, s)}, nil
 	}
@@ -90,6 +97,9 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	s, ok := findSnap(fam.Snaps, snap.Snap)
 	if !ok {
 		return nil, status.Errorf(codes.Aborted, "snapshot %s vanished while it was being created; retry", name)
+	}
+	if err := c.nameSnapshot(ctx, pool, fam, snap.Snap, owner); err != nil {
+		return nil, err
 	}
 	c.settleClaim(ctx, pool, snap.Snap)
 	klog.V(2).InfoS("created snapshot", "name", name, "snapshotID", snap.String(), "source", srcID)
@@ -147,6 +157,9 @@ func (c *Controller) deleteSnapshot(ctx context.Context, pool rbd.Pool, id strin
 	}
 	if err := c.backend.Unclaim(ctx, pool, claimPrefix+snap.Snap); err != nil && !errors.Is(err, rbd.ErrPoolNotFound) {
 		return cephStatus(err)
+	}
+	if err := c.unnameSnapshot(ctx, pool, snap); err != nil {
+		return err
 	}
 	return c.reclaim(ctx, pool, snap.ImageID)
 }
