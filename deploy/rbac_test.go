@@ -53,6 +53,10 @@ var documentedRBAC = map[string]sidecarRBAC{
 		namespaced: []rule{leases},
 		optional: []rule{
 			secrets,
+			// Not in v6.3.0's rbac.yaml, but a claim with a
+			// VolumeAttributesClass makes the provisioner get it
+			// (pkg/controller/controller.go, VolumeAttributesClasses().Get).
+			{"storage.k8s.io", "volumeattributesclasses", []string{"get"}},
 			{"storage.k8s.io", "csistoragecapacities", []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 			{"", "pods", []string{"get"}},
 			{"apps", "replicasets", []string{"get"}},

@@ -47,7 +47,7 @@ func TestSanity(t *testing.T) {
 	var sb strings.Builder
 	for _, kind := range []string{"CreateVolumeSecret", "DeleteVolumeSecret", "ControllerPublishVolumeSecret",
 		"ControllerUnpublishVolumeSecret", "ControllerValidateVolumeCapabilitiesSecret", "NodeStageVolumeSecret",
-		"NodePublishVolumeSecret", "CreateSnapshotSecret", "DeleteSnapshotSecret", "ControllerExpandVolumeSecret",
+		"NodePublishVolumeSecret", "CreateSnapshotSecret", "DeleteSnapshotSecret", "ControllerExpandVolumeSecret", "ControllerModifyVolumeSecret",
 		"ListSnapshotsSecret", "GetSnapshotSecret"} {
 		fmt.Fprintf(&sb, "%s:\n  userID: %q\n  userKey: %q\n", kind, c.CSIUser, c.CSIKey)
 	}
@@ -61,6 +61,8 @@ func TestSanity(t *testing.T) {
 	cfg.TestVolumeParameters = c.Params()
 	cfg.TestVolumeSize = 1 << 30 // thin: costs nothing until written
 	cfg.TestVolumeExpandSize = 2 << 30
+	// A VolumeAttributesClass's parameters: QoS, the only mutable ones.
+	cfg.TestVolumeMutableParameters = map[string]string{"maxIops": "1000", "baseBps": "104857600", "bpsPerGiB": "1048576"}
 	cfg.IdempotentCount = 3
 	cfg.TestNodeVolumeAttachLimit = true // the controller enforces the node's limit
 	sanity.GinkgoTest(&cfg)

@@ -51,6 +51,7 @@ type Params struct {
 	MkfsOptions   []string
 	Owner         Owner // who asked for the volume, where the provisioner says
 	Static        bool  // a volume context's staticVolume
+	QoS           QoS   // the StorageClass's QoS parameters (qos.go)
 }
 
 // Owner names the Kubernetes objects a volume was made for, from the
@@ -143,7 +144,7 @@ func parse(in map[string]string) (Params, error) {
 		case ParamClusterID, ParamPool, ParamDataPool, ParamImageFeatures, ParamFsType,
 			ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions, ParamStaticVolume:
 		default:
-			if !strings.HasPrefix(k, ReservedPrefix) {
+			if !strings.HasPrefix(k, ReservedPrefix) && !IsQoSParam(k) {
 				return Params{}, fmt.Errorf("unknown parameter %.60q (known: %s)", k, strings.Join(knownParams(), ", "))
 			}
 		}
@@ -192,6 +193,9 @@ func parse(in map[string]string) (Params, error) {
 	if p.MkfsOptions, err = ParseMkfsOptions(in[ParamMkfsOptions]); err != nil {
 		return Params{}, err
 	}
+	if p.QoS, err = ParseQoS(in); err != nil {
+		return Params{}, err
+	}
 	p.Owner = Owner{PVCName: in[ParamPVCName], PVCNamespace: in[ParamPVCNamespace], PVName: in[ParamPVName]}
 	for _, k := range []string{ParamPVCName, ParamPVCNamespace, ParamPVName} {
 		if len(in[k]) > maxOwnerNameLen {
@@ -228,7 +232,7 @@ func ParseMkfsOptions(s string) ([]string, error) {
 
 func knownParams() []string {
 	return []string{ParamClusterID, ParamPool, ParamDataPool, ParamImageFeatures, ParamFsType,
-		ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions, ParamStaticVolume}
+		ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions, ParamStaticVolume, "the QoS parameters"}
 }
 
 func contains(list []string, s string) bool {

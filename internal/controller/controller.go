@@ -38,6 +38,9 @@ const (
 	metaPVCName      = "rbdcsi.k8s.pvc.name"
 	metaPVCNamespace = "rbdcsi.k8s.pvc.namespace"
 	metaPVName       = "rbdcsi.k8s.pv.name"
+	// metaQoS holds the volume's QoS policy (config.QoS), from which the
+	// limits under qosLimitPrefix are computed.
+	metaQoS = "rbdcsi.qos"
 	// metaSnapPrefix + RBD snapshot name: the VolumeSnapshot (JSON of
 	// config.SnapshotOwner) that snapshot of the image was taken for.
 	metaSnapPrefix = "rbdcsi.k8s.snap."
@@ -222,6 +225,7 @@ func (c *Controller) ControllerGetCapabilities(context.Context, *csi.ControllerG
 		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
 		csi.ControllerServiceCapability_RPC_GET_SNAPSHOT,
 		csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
+		csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
 	}
 	if c.nodes != nil {
 		caps = append(caps,

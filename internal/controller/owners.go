@@ -18,10 +18,15 @@ import (
 )
 
 // volumeMetadata is what CreateVolume writes on a new image: the request
-// name (the marker of a finished image, written last), the owner's names
-// where the provisioner gave them, and extra keys of the caller.
-func volumeMetadata(name string, owner config.Owner, extra map[string]string) map[string]string {
+// name (the marker of a finished image, written last), its QoS, the
+// owner's names where the provisioner gave them, and extra keys of the
+// caller.
+func volumeMetadata(name string, p config.Params, size uint64, extra map[string]string) map[string]string {
 	meta := map[string]string{metaName: name}
+	for k, v := range qosMetadata(p.QoS, size) {
+		meta[k] = v
+	}
+	owner := p.Owner
 	for k, v := range map[string]string{metaPVCName: owner.PVCName, metaPVCNamespace: owner.PVCNamespace, metaPVName: owner.PVName} {
 		if v != "" {
 			meta[k] = v

@@ -58,9 +58,9 @@ func (c *Controller) createFromSource(ctx context.Context, pool rbd.Pool, image,
 		return 0, err
 	}
 	depth := src.depth + 1
-	spec := rbd.CloneSpec{ParentImage: src.image, ParentSnap: src.snap, DropMetadataPrefix: metaPrefix, ImageSpec: rbd.ImageSpec{
+	spec := rbd.CloneSpec{ParentImage: src.image, ParentSnap: src.snap, DropMetadataPrefixes: []string{metaPrefix, qosLimitPrefix}, ImageSpec: rbd.ImageSpec{
 		Size: size, Features: params.ImageFeatures, DataPool: params.DataPool,
-		Metadata: volumeMetadata(name, params.Owner, map[string]string{metaSource: srcID, metaDepth: strconv.Itoa(depth)}),
+		Metadata: volumeMetadata(name, params, size, map[string]string{metaSource: srcID, metaDepth: strconv.Itoa(depth)}),
 		Marker:   metaName,
 	}}
 	if err := c.backend.Clone(ctx, src.pool, pool, image, spec); err != nil {

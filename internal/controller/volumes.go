@@ -35,6 +35,14 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if params.ImageFeatures, err = params.VolumeFeatures(multiWriter(req.GetVolumeCapabilities()...)); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	// Mutable parameters (a VolumeAttributesClass) win over parameters.
+	mutable, err := mutableQoS(req.GetMutableParameters())
+	if err != nil {
+		return nil, err
+	}
+	if params.QoS, err = params.QoS.Merge(mutable); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	if isBlock(req.GetVolumeCapabilities()...) && params.FsType != "" {
 		params.FsType = "" // a raw block volume has no filesystem
 	}
@@ -64,7 +72,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		Size:     uint64(size),
 		Features: params.ImageFeatures,
 		DataPool: params.DataPool,
-		Metadata: volumeMetadata(name, params.Owner, nil),
+		Metadata: volumeMetadata(name, params, uint64(size), nil),
 		Marker:   metaName,
 	}
 	var finalSize int64
@@ -187,10 +195,18 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	}
 	nodeExpand := !isBlock(req.GetVolumeCapability())
 	if int64(info.Size) >= size {
+		if err := c.resizeQoS(ctx, pool, vol.Image, info, info.Size); err != nil {
+			return nil, c.writeStatus(pool, fmt.Errorf("recomputing the QoS of volume %s: %w", id, err))
+		}
 		return &csi.ControllerExpandVolumeResponse{CapacityBytes: int64(info.Size), NodeExpansionRequired: nodeExpand}, nil
 	}
 	if err := c.backend.Resize(ctx, pool, vol.Image, uint64(size)); err != nil {
 		return nil, c.writeStatus(pool, fmt.Errorf("expanding volume %s: %w", id, err))
+	}
+	// A crash before this leaves the old limits; the retry of the expand
+	// finds the size reached and recomputes them (below, on that path too).
+	if err := c.resizeQoS(ctx, pool, vol.Image, info, uint64(size)); err != nil {
+		return nil, c.writeStatus(pool, fmt.Errorf("recomputing the QoS of volume %s: %w", id, err))
 	}
 	klog.V(2).InfoS("expanded volume", "volumeID", id, "from", info.Size, "to", size)
 	return &csi.ControllerExpandVolumeResponse{CapacityBytes: size, NodeExpansionRequired: nodeExpand}, nil

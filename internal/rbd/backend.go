@@ -50,7 +50,7 @@ type Backend interface {
 	RemoveSnapshot(ctx context.Context, p Pool, imageID, snap string) error
 	// Clone makes a format 2 clone of parent's snapshot in child, grows it
 	// to spec.Size if larger, drops the inherited metadata under
-	// spec.DropMetadataPrefix and sets spec.Metadata last.
+	// spec.DropMetadataPrefixes and sets spec.Metadata last.
 	Clone(ctx context.Context, parent, child Pool, name string, spec CloneSpec) error
 	// Flatten copies the parent's data into a clone and detaches it;
 	// ErrInvalid for an image without a parent.

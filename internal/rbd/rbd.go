@@ -8,6 +8,7 @@ package rbd
 
 import (
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
@@ -103,10 +104,24 @@ type Family struct {
 // CloneSpec is a copy-on-write child of a parent image's snapshot.
 type CloneSpec struct {
 	ParentImage, ParentSnap string
-	// DropMetadataPrefix: RBD copies the parent's metadata into a clone;
-	// keys with this prefix are the parent's own bookkeeping and removed.
-	DropMetadataPrefix string
+	// DropMetadataPrefixes: RBD copies the parent's metadata into a clone;
+	// keys with one of these prefixes are the parent's own (bookkeeping,
+	// QoS limits) and removed, unless the clone's Metadata sets them.
+	DropMetadataPrefixes []string
 	ImageSpec
+}
+
+// Drops reports whether an inherited metadata key goes from the clone.
+func (s CloneSpec) Drops(key string) bool {
+	if _, ours := s.Metadata[key]; ours {
+		return false
+	}
+	for _, p := range s.DropMetadataPrefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // Observer is told how long each Ceph operation took (internal/metrics

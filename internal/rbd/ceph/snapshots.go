@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/ceph/go-ceph/rados"
@@ -209,13 +208,13 @@ func (b *Backend) Clone(ctx context.Context, parent, child rbd.Pool, name string
 				return fmt.Errorf("growing clone %s: %w", name, classify(err))
 			}
 		}
-		if spec.DropMetadataPrefix != "" {
+		if len(spec.DropMetadataPrefixes) > 0 {
 			inherited, err := img.ListMetadata()
 			if err != nil {
 				return fmt.Errorf("metadata of clone %s: %w", name, classify(err))
 			}
 			for k := range inherited {
-				if _, ours := spec.Metadata[k]; strings.HasPrefix(k, spec.DropMetadataPrefix) && !ours {
+				if spec.Drops(k) {
 					if err := img.RemoveMetadata(k); err != nil {
 						return fmt.Errorf("removing inherited metadata %s of clone %s: %w", k, name, classify(err))
 					}

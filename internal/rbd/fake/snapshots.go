@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
@@ -161,7 +160,7 @@ func (c *Ceph) Clone(ctx context.Context, parent, child rbd.Pool, name string, s
 			img.size = spec.Size
 		}
 		for k := range img.meta {
-			if _, ours := spec.Metadata[k]; spec.DropMetadataPrefix != "" && strings.HasPrefix(k, spec.DropMetadataPrefix) && !ours {
+			if spec.Drops(k) {
 				delete(img.meta, k)
 			}
 		}

@@ -11,7 +11,7 @@ import (
 
 func (s *suite) clone(parent, snap, name string, size uint64, meta map[string]string) {
 	s.t.Helper()
-	err := s.Backend.Clone(s.ctx(), s.Pool, s.Pool, name, rbd.CloneSpec{ParentImage: parent, ParentSnap: snap, DropMetadataPrefix: "rbdcsi.",
+	err := s.Backend.Clone(s.ctx(), s.Pool, s.Pool, name, rbd.CloneSpec{ParentImage: parent, ParentSnap: snap, DropMetadataPrefixes: []string{"rbdcsi."},
 		ImageSpec: rbd.ImageSpec{Size: size, Features: []string{"layering"}, Metadata: meta}})
 	s.must(err, "Clone "+name)
 }

@@ -1,0 +1,96 @@
+package controller
+
+// QoS: a volume's I/O limits, written on its image where librbd clients
+// (rbd-nbd, rbd-fuse) read them as per-image config overrides, plus the
+// policy they came from, so that expansion can recompute size-based
+// limits and ControllerModifyVolume can change some keys and keep the
+// rest. krbd does not read them (issue 19's cgroup part).
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
+)
+
+// qosLimitPrefix is what every limit key starts with: a clone drops the
+// limits it inherits from its parent unless its own policy sets them.
+const qosLimitPrefix = "conf_rbd_qos_"
+
+// mutableQoS checks mutable parameters: only QoS keys may change.
+func mutableQoS(mutable map[string]string) (config.QoS, error) {
+	for k := range mutable {
+		if !config.IsQoSParam(k) {
+			return nil, status.Errorf(codes.InvalidArgument, "mutable parameter %.60q cannot be changed; these can: %s", k, config.QoSParamNames())
+		}
+	}
+	q, err := config.ParseQoS(mutable)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return q, nil
+}
+
+// qosMetadata is what a policy writes on a volume of size bytes: the
+// limits and the policy itself. An empty policy writes nothing.
+func qosMetadata(q config.QoS, size uint64) map[string]string {
+	if len(q) == 0 {
+		return nil
+	}
+	meta := q.Limits(size)
+	meta[metaQoS] = q.String()
+	return meta
+}
+
+// ControllerModifyVolume changes a volume's QoS parameters. Keys the
+// request does not name keep their values; librbd clients that have the
+// image open pick the new limits up when they refresh it (README, QoS).
+func (c *Controller) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
+	}
+	update, err := mutableQoS(req.GetMutableParameters())
+	if err != nil {
+		return nil, err
+	}
+	vol, pool, release, err := c.lockVolume(id, req.GetSecrets(), false)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	info, err := c.stat(ctx, pool, vol)
+	if err != nil {
+		return nil, err
+	}
+	current, err := config.DecodeQoS(info.Metadata[metaQoS])
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "volume %s: %v", id, err)
+	}
+	merged, err := current.Merge(update)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", id, err)
+	}
+	if meta := qosMetadata(merged, info.Size); len(meta) > 0 {
+		if err := c.backend.SetMetadata(ctx, pool, vol.Image, meta); err != nil {
+			return nil, c.writeStatus(pool, fmt.Errorf("setting the QoS of volume %s: %w", id, err))
+		}
+	}
+	klog.V(2).InfoS("modified volume", "volumeID", id, "qos", merged.String())
+	return &csi.ControllerModifyVolumeResponse{}, nil
+}
+
+// resizeQoS recomputes a grown volume's size-based limits.
+func (c *Controller) resizeQoS(ctx context.Context, pool rbd.Pool, image string, info rbd.ImageInfo, size uint64) error {
+	q, err := config.DecodeQoS(info.Metadata[metaQoS])
+	if err != nil || !q.SizeDependent() {
+		return err
+	}
+	return c.backend.SetMetadata(ctx, pool, image, q.Limits(size))
+}
