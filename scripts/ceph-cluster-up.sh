@@ -57,6 +57,9 @@ keyring = \$mon_data/keyring
 # The mon batches map changes for 1 s by default; booting an OSD and a pool takes
 # ~8 osdmap epochs, so this alone cuts "up" from ~7 s to ~2 s.
 paxos_propose_interval = 0.1
+# RBD overwrites objects of its erasure-coded data pool in place; Ceph allows
+# that only on BlueStore OSDs unless this is set. memstore handles it.
+mon_debug_no_require_bluestore_for_ec_overwrites = true
 $insecure_key
 
 [osd]
@@ -78,18 +81,22 @@ log_file =
 EOF
 }
 
-# wait_pgs_clean: wait until every PG of every pool is active+clean.
+# wait_pgs_clean OSDS: wait until every PG of every pool is active+clean.
 # Without a mgr, `ceph pg stat`/`pg ls` never answer (PG stats live in the mgr), so
-# ask the (only) OSD for the state of the PGs it hosts, over the network (`tell`,
-# not the admin socket, whose path may be too long for a unix socket).
+# ask each OSD (ids 0 to OSDS-1) for the state of the PGs it is primary of, over
+# the network (`tell`, not the admin socket, whose path may be too long for a
+# unix socket).
 wait_pgs_clean() {
-	local osd_id=$1 deadline want have=0 out=""
+	local osds=$1 deadline want have=0 out="" id
 	deadline=$(($(date +%s) + ${CEPH_PG_TIMEOUT:-60}))
 	# Plain-text "pool 1 'rbd' replicated size 1 ... pg_num 8 ..." lines: sum pg_num.
 	want=$(cephc osd pool ls detail | awk '{for (i = 1; i < NF; i++) if ($i == "pg_num") n += $(i + 1)} END {print n + 0}') ||
 		fail_up "cannot list pools"
 	while :; do
-		out=$(timeout 10 ceph -c "$CONF" --connect-timeout 5 tell "osd.$osd_id" dump_pgstate_history -f json-pretty 2>&1) || true
+		out=""
+		for ((id = 0; id < osds; id++)); do
+			out+=$(timeout 10 ceph -c "$CONF" --connect-timeout 5 tell "osd.$id" dump_pgstate_history -f json-pretty 2>&1)$'\n' || true
+		done
 		have=$(grep -c '"currently": "Started/Primary/Active/Clean"' <<<"$out") || true
 		((have >= want)) && return 0
 		if (($(date +%s) >= deadline)); then
@@ -131,8 +138,24 @@ key_types() {
 	MONMAP_CIPHER_ARGS=(--auth-allowed-ciphers 'aes,aes256k' --auth-preferred-cipher aes)
 }
 
+# add_osd: create and start the next memstore OSD. `osd new` with a
+# pre-generated cephx secret creates the id and its auth entry in one mon
+# round trip.
+add_osd() {
+	local osd_uuid osd_key osd_id
+	osd_uuid=$(uuidgen)
+	osd_key=$(ceph-authtool --gen-print-key "${KEY_TYPE_ARGS[@]}")
+	osd_id=$(printf '{"cephx_secret": "%s"}' "$osd_key" | cephc osd new "$osd_uuid" -i - 2>>"$DIR/log/cli.log") || fail_up "ceph osd new (exit $?, 124 = timed out)"
+	mkdir -p "$DIR/osd/ceph-$osd_id"
+	(umask 077 && ceph-authtool --create-keyring "$DIR/osd/ceph-$osd_id/keyring" -n "osd.$osd_id" --add-key "$osd_key" >/dev/null)
+	ceph-osd -c "$CONF" -i "$osd_id" --mkfs --osd-uuid "$osd_uuid" >"$DIR/log/osd.$osd_id.mkfs" 2>&1 ||
+		fail_up "ceph-osd --mkfs"
+	start_daemon "osd.$osd_id" ceph-osd -c "$CONF" -f -i "$osd_id"
+	trace "osd.$osd_id started"
+}
+
 cmd_up() {
-	local t0 fsid port mon_pid osd_uuid osd_key osd_id admin_key csi_key i lockfile
+	local t0 fsid port mon_pid osds admin_key csi_key i lockfile caps
 	t0=$(now)
 
 	if [[ -e $DIR ]]; then
@@ -194,17 +217,11 @@ cmd_up() {
 	unset lockfd
 	trace "mon listening on $port"
 
-	# OSD: `osd new` with a pre-generated cephx secret creates the id and its auth
-	# entry in one mon round trip.
-	osd_uuid=$(uuidgen)
-	osd_key=$(ceph-authtool --gen-print-key "${KEY_TYPE_ARGS[@]}")
-	osd_id=$(printf '{"cephx_secret": "%s"}' "$osd_key" | cephc osd new "$osd_uuid" -i - 2>>"$DIR/log/cli.log") || fail_up "ceph osd new (exit $?, 124 = timed out)"
-	mkdir -p "$DIR/osd/ceph-$osd_id"
-	(umask 077 && ceph-authtool --create-keyring "$DIR/osd/ceph-$osd_id/keyring" -n "osd.$osd_id" --add-key "$osd_key" >/dev/null)
-	ceph-osd -c "$CONF" -i "$osd_id" --mkfs --osd-uuid "$osd_uuid" >"$DIR/log/osd.$osd_id.mkfs" 2>&1 ||
-		fail_up "ceph-osd --mkfs"
-	start_daemon "osd.$osd_id" ceph-osd -c "$CONF" -f -i "$osd_id"
-	trace "osd.$osd_id started"
+	# One OSD holds the replicated pool; an erasure-coded data pool (k=2, m=1,
+	# one chunk per OSD) needs three.
+	osds=1
+	[[ ${CEPH_EC_POOL:-1} == 0 ]] || osds=3
+	for ((i = 0; i < osds; i++)); do add_osd; done
 
 	if [[ ${CEPH_WITH_MGR:-0} == 1 ]]; then
 		mkdir -p "$DIR/mgr/ceph-x"
@@ -226,12 +243,24 @@ cmd_up() {
 	trace "pool created"
 	rbdc pool init rbd 2>>"$DIR/log/cli.log" || fail_up "rbd pool init rbd (exit $?, 124 = timed out)"
 	trace "pool initialized"
+	caps='profile rbd pool=rbd'
+	if ((osds == 3)); then
+		# RBD writes into an EC pool in place, which Ceph allows only on
+		# BlueStore unless told (write_conf sets that for memstore).
+		cephc osd erasure-code-profile set ec21 k=2 m=1 crush-failure-domain=osd >>"$DIR/log/cli.log" 2>&1 ||
+			fail_up "ceph osd erasure-code-profile set (exit $?)"
+		cephc osd pool create rbd-ec 8 8 erasure ec21 >>"$DIR/log/cli.log" 2>&1 || fail_up "ceph osd pool create rbd-ec (exit $?)"
+		cephc osd pool set rbd-ec allow_ec_overwrites true >>"$DIR/log/cli.log" 2>&1 || fail_up "allow_ec_overwrites on rbd-ec (exit $?)"
+		cephc osd pool application enable rbd-ec rbd >>"$DIR/log/cli.log" 2>&1 || fail_up "rbd application on rbd-ec (exit $?)"
+		caps+=', profile rbd pool=rbd-ec'
+		trace "EC data pool created"
+	fi
 	(umask 077 && cephc auth get-or-create client.csi-rbd \
-		mon 'profile rbd' osd 'profile rbd pool=rbd' mgr 'profile rbd pool=rbd' \
+		mon 'profile rbd' osd "$caps" mgr 'profile rbd pool=rbd' \
 		-o "$DIR/ceph.client.csi-rbd.keyring" 2>>"$DIR/log/cli.log") || fail_up "creating client.csi-rbd (exit $?, 124 = timed out)"
 
 	trace "csi user created"
-	wait_pgs_clean "$osd_id"
+	wait_pgs_clean "$osds"
 	trace "PGs active+clean"
 	if [[ ${CEPH_WITH_MGR:-0} == 1 ]]; then
 		wait_mgr
@@ -247,6 +276,7 @@ cmd_up() {
 			printf 'export CEPH_MON_HOST=%q\n' "v2:$ADDR:$port"
 			printf 'export CEPH_FSID=%q\n' "$fsid"
 			printf 'export CEPH_POOL=rbd\n'
+			((osds == 3)) && printf 'export CEPH_DATA_POOL=rbd-ec\n'
 			printf 'export CEPH_ADMIN_KEY=%q\n' "$admin_key"
 			printf 'export CEPH_CSI_USER=csi-rbd\n'
 			printf 'export CEPH_CSI_KEY=%q\n' "$csi_key"

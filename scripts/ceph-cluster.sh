@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ceph-cluster.sh: a throwaway single-node Ceph cluster (1 mon + 1 memstore OSD,
+# ceph-cluster.sh: a throwaway single-node Ceph cluster (1 mon + 3 memstore OSDs,
 # optional mgr) living entirely under one directory, on loopback only, for
 # integration tests of the RBD CSI driver.
 #
@@ -15,6 +15,9 @@
 #   CEPH_MEMSTORE_BYTES OSD capacity in bytes (default 8 GiB; memstore allocates on write)
 #   CEPH_WITH_MGR=1     also start a mgr (not needed for RBD; costs ~300 MB RSS)
 #   CEPH_PG_TIMEOUT     seconds to wait for PGs to become active+clean (default 60)
+#   CEPH_EC_POOL=0      no erasure-coded data pool: one OSD instead of three (by
+#                       default two more OSDs hold rbd-ec, k=2 m=1, with overwrites;
+#                       DIR/env names it in CEPH_DATA_POOL)
 #   CEPH_KEY_TYPE=aes   on releases whose keys default to AES256K (Tentacle; Squid from
 #                       19.2.6): AES keys, which the clients of older releases and Linux
 #                       krbd before 7.0 can use, and a monitor that allows and prefers

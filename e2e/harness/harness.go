@@ -33,6 +33,9 @@ type Cluster struct {
 	// Namespace is the RADOS namespace of the cluster-map entry ClusterID
 	// ("" = default); the inspection helpers look there.
 	Namespace string
+	// DataPool is an erasure-coded pool with overwrites for image data
+	// (CEPH_DATA_POOL, made by ceph-cluster.sh unless CEPH_EC_POOL=0).
+	DataPool string
 }
 
 // NamespaceArgs are the rbd/rados arguments that select the namespace.
@@ -60,6 +63,7 @@ func ClusterFromEnv() (Cluster, error) {
 		Conf: os.Getenv("CEPH_CONF"), MonHost: os.Getenv("CEPH_MON_HOST"), FSID: os.Getenv("CEPH_FSID"),
 		Pool: os.Getenv("CEPH_POOL"), ClusterID: os.Getenv("CEPH_CLUSTER_ID"), Dir: os.Getenv("CEPH_DIR"),
 		AdminKey: os.Getenv("CEPH_ADMIN_KEY"), CSIUser: os.Getenv("CEPH_CSI_USER"), CSIKey: os.Getenv("CEPH_CSI_KEY"),
+		DataPool: os.Getenv("CEPH_DATA_POOL"),
 	}
 	if c.Conf == "" || c.CSIKey == "" || c.Dir == "" {
 		return c, fmt.Errorf("no Ceph cluster in the environment: run these tests through `make integration` (scripts/with-cluster.sh)")
