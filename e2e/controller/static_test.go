@@ -112,6 +112,25 @@ func TestStaticVolume(t *testing.T) {
 		t.Errorf("after expand, rbd info says: %s", info)
 	}
 
+	// Snapshots, restores and clones of a static volume hold its data.
+	snap, err := e.snapshot(t, "static-snap", handle)
+	harness.Must(t, err, "snapshot of the static volume")
+	restored, err := e.createFrom(t, "static-restored", 128*mib, fromSnapshot(snap.SnapshotId))
+	harness.Must(t, err, "restore the static volume's snapshot")
+	clone, err := e.createFrom(t, "static-clone", 128*mib, fromVolume(handle))
+	harness.Must(t, err, "clone the static volume")
+	for _, v := range []*csi.Volume{restored, clone} {
+		harness.Must(t, e.publish(t, v.VolumeId, "node-a", rwo, false), "publish %s", v.VolumeId)
+		harness.Must(t, e.stage(t, "node-a", v, staging), "stage %s", v.VolumeId)
+		if data, err := os.ReadFile(filepath.Join(staging, "hello")); err != nil || string(data) != "from another driver\n" {
+			t.Errorf("%s: hello = %q, %v; want the static volume's data", v.VolumeId, data, err)
+		}
+		e.unstage(t, "node-a", v, staging)
+		e.unpublish(t, v.VolumeId, "node-a")
+		e.delete(t, v.VolumeId)
+	}
+	e.deleteSnapshot(t, snap.SnapshotId)
+
 	// Detached; DeleteVolume never removes an image the driver did not make.
 	e.unpublish(t, handle, "node-a")
 	if got := e.publishedNodes(t, handle); len(got) != 0 {
@@ -122,4 +141,29 @@ func TestStaticVolume(t *testing.T) {
 	if _, err := e.c.RBD(append([]string{"info", "--pool", e.c.Pool, image}, e.c.NamespaceArgs()...)...); err != nil {
 		t.Errorf("DeleteVolume removed an image the driver did not create: %v", err)
 	}
+}
+
+// A static volume whose image lacks layering can be snapshotted, but a
+// restore or clone of it is refused with the reason, and leaves nothing.
+func TestStaticVolumeWithoutLayering(t *testing.T) {
+	e := setup(t)
+	image := "legacy-no-layering"
+	_, err := e.c.RBD(append([]string{"create", "--size", "8M", "--image-feature", "exclusive-lock", "--pool", e.c.Pool, image}, e.c.NamespaceArgs()...)...)
+	harness.Must(t, err, "rbd create")
+	t.Cleanup(func() {
+		if _, err := e.c.RBD(append([]string{"rm", "--pool", e.c.Pool, image}, e.c.NamespaceArgs()...)...); err != nil {
+			t.Errorf("removing the static image (a snapshot left on it?): %v", err)
+		}
+	})
+	handle := "v1:" + e.c.ClusterID + ":" + e.c.Pool + ":" + image
+	snap, err := e.snapshot(t, "nolayer-snap", handle)
+	harness.Must(t, err, "snapshot")
+	_, err = e.createFrom(t, "nolayer-restored", 8*mib, fromSnapshot(snap.SnapshotId))
+	wantCode(t, err, codes.FailedPrecondition, "restoring a snapshot of an image without layering")
+	if err == nil || !strings.Contains(err.Error(), "layering") {
+		t.Errorf("the refusal does not say why: %v", err)
+	}
+	_, err = e.createFrom(t, "nolayer-clone", 8*mib, fromVolume(handle))
+	wantCode(t, err, codes.FailedPrecondition, "cloning an image without layering")
+	e.deleteSnapshot(t, snap.SnapshotId)
 }

@@ -419,6 +419,21 @@ func ceph(t *testing.T, e env, tool string, args ...string) string {
 	return out.String()
 }
 
+// run runs a host tool, bounded, and returns its standard output.
+func run(t *testing.T, tool string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// runs: mkfs.ext4 debugfs dumpe2fs (the callers say which)
+	cmd := exec.CommandContext(ctx, tool, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v: %s", tool, strings.Join(args, " "), err, errb.String())
+	}
+	return out.String()
+}
+
 // imageOf returns the RBD image name of a PV, from its volume ID
 // (v1:<clusterID>:<pool>:<image>).
 func imageOf(t *testing.T, pv corev1.PersistentVolume) string {

@@ -3,11 +3,9 @@
 package k8s
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -33,12 +31,8 @@ func TestTakeOverCephCSIVolume(t *testing.T) {
 	file := filepath.Join(dir, "fs.img")
 	must(t, os.WriteFile(file, nil, 0o600))
 	must(t, os.Truncate(file, 64<<20))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	// runs: mkfs.ext4 (e2fsprogs), -d copies the directory into the new filesystem
-	if out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-d", root, file).CombinedOutput(); err != nil {
-		t.Fatalf("mkfs.ext4: %v: %s", err, out)
-	}
+	run(t, "mkfs.ext4", "-q", "-F", "-d", root, file)
 	ceph(t, k.e, "rbd", "import", "--pool", pool, file, image)
 	ceph(t, k.e, "rbd", "image-meta", "set", pool+"/"+image, "csi.storage.k8s.io/pvc/name", "old-claim")
 
@@ -117,12 +111,9 @@ spec:
 	}
 	export := filepath.Join(dir, "after.img")
 	ceph(t, k.e, "rbd", "export", pool+"/"+image, export)
-	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel2()
 	// runs: debugfs (e2fsprogs), reads a file out of an unmounted ext4
-	out, err := exec.CommandContext(ctx2, "debugfs", "-R", "cat /after", export).Output()
-	if err != nil || strings.TrimSpace(string(out)) != "after" {
-		t.Errorf("the image does not hold what the pod wrote: %q, %v", out, err)
+	if out := run(t, "debugfs", "-R", "cat /after", export); strings.TrimSpace(out) != "after" {
+		t.Errorf("the image does not hold what the pod wrote: %q", out)
 	}
 }
 

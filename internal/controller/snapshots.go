@@ -40,8 +40,9 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	// Our volumes and static volumes' images alike (static.go).
 	vol, err := volid.DecodeVolume(srcID)
-	if err != nil || !isVolumeImage(vol.Image) {
+	if err != nil {
 		return nil, status.Errorf(codes.NotFound, "source volume %.130q does not exist", srcID)
 	}
 	pool, err := c.pool(vol.ClusterID, vol.Pool, req.GetSecrets(), false)
@@ -236,7 +237,7 @@ func (c *Controller) snapshotByID(ctx context.Context, id string, secrets map[st
 
 func (c *Controller) snapshotsOfVolume(ctx context.Context, id string, secrets map[string]string) ([]*csi.ListSnapshotsResponse_Entry, error) {
 	vol, err := volid.DecodeVolume(id)
-	if err != nil || !isVolumeImage(vol.Image) {
+	if err != nil {
 		return nil, nil
 	}
 	pool, err := c.pool(vol.ClusterID, vol.Pool, secrets, true)
@@ -335,10 +336,11 @@ func findSnap(snaps []rbd.SnapInfo, name string) (rbd.SnapInfo, bool) {
 	return rbd.SnapInfo{}, false
 }
 
-// family returns a live, finished volume image with its relations, or NotFound.
+// family returns a live volume image with its relations, or NotFound: one
+// named like ours must be finished, a static volume's need only exist.
 func (c *Controller) family(ctx context.Context, pool rbd.Pool, vol volid.Volume) (rbd.Family, error) {
 	fam, err := c.backend.StatFamily(ctx, pool, vol.Image, "")
-	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && !finished(fam.Metadata, vol.Image)) {
+	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && isVolumeImage(vol.Image) && !finished(fam.Metadata, vol.Image)) {
 		return rbd.Family{}, status.Errorf(codes.NotFound, "volume %s does not exist", vol)
 	}
 	if err != nil {

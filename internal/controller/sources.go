@@ -3,7 +3,9 @@ package controller
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -139,12 +141,15 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, clusterID
 		if !ok {
 			return source{}, status.Errorf(codes.NotFound, "snapshot %s does not exist", s.GetSnapshotId())
 		}
+		if err := cloneable(fam, "snapshot "+s.GetSnapshotId()); err != nil {
+			return source{}, err
+		}
 		depth, _ := strconv.Atoi(fam.Metadata[metaDepth])
 		return source{id: s.GetSnapshotId(), pool: ppool, image: fam.Name, snap: snap.Snap, size: info.Size, depth: depth}, nil
 	}
 	v := cs.GetVolume()
-	vol, err := volid.DecodeVolume(v.GetVolumeId())
-	if err != nil || !isVolumeImage(vol.Image) {
+	vol, err := volid.DecodeVolume(v.GetVolumeId()) // ours or a static volume's
+	if err != nil {
 		return source{}, status.Errorf(codes.NotFound, "volume %.130q does not exist", v.GetVolumeId())
 	}
 	if vol.ClusterID != clusterID {
@@ -161,6 +166,9 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, clusterID
 	if err != nil {
 		return source{}, err
 	}
+	if err := cloneable(fam, "volume "+v.GetVolumeId()); err != nil {
+		return source{}, err
+	}
 	tmp := tmpSnapPrefix + hash(name, 8)
 	if _, ok := findSnap(fam.Snaps, tmp); !ok {
 		if len(fam.Snaps) >= c.opts.MaxSnapshotsPerImage {
@@ -173,6 +181,16 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, clusterID
 	c.opts.Fault("CreateVolume:source-snapshot")
 	depth, _ := strconv.Atoi(fam.Metadata[metaDepth])
 	return source{id: v.GetVolumeId(), pool: ppool, image: vol.Image, snap: tmp, size: fam.Size, depth: depth}, nil
+}
+
+// cloneable refuses a parent without the layering feature, which RBD
+// clones need. Our images always have it; a static volume's may not, and
+// layering cannot be enabled on an existing image.
+func cloneable(fam rbd.Family, what string) error {
+	if slices.Contains(fam.Features, "layering") {
+		return nil
+	}
+	return status.Errorf(codes.FailedPrecondition, "%s cannot be restored or cloned: its image %s lacks the layering feature (features: %s), which RBD clones need and which cannot be enabled on an existing image; copy the data into a volume of this driver instead", what, fam.Name, strings.Join(fam.Features, ","))
 }
 
 // dropTmpSnap deletes the snapshot a volume clone was made from. RBD moves

@@ -185,16 +185,22 @@ func (b *Backend) Stat(ctx context.Context, p rbd.Pool, name string) (rbd.ImageI
 		if info.Metadata, err = img.ListMetadata(); err != nil {
 			return fmt.Errorf("metadata of image %s: %w", name, classify(err))
 		}
-		bits, err := img.GetFeatures()
-		if err != nil {
-			return fmt.Errorf("features of image %s: %w", name, classify(err))
-		}
-		fs := librbd.FeatureSet(bits)
-		info.Features = fs.Names()
-		sort.Strings(info.Features)
-		return nil
+		info.Features, err = features(img, name)
+		return err
 	})
 	return info, err
+}
+
+// features are the image's features by name, sorted.
+func features(img *librbd.Image, name string) ([]string, error) {
+	bits, err := img.GetFeatures()
+	if err != nil {
+		return nil, fmt.Errorf("features of image %s: %w", name, classify(err))
+	}
+	fs := librbd.FeatureSet(bits)
+	names := fs.Names()
+	sort.Strings(names)
+	return names, nil
 }
 
 // Resize sets the image size.

@@ -38,6 +38,9 @@ func (b *Backend) StatFamily(ctx context.Context, p rbd.Pool, name, id string) (
 		if f.Metadata, err = img.ListMetadata(); err != nil {
 			return fmt.Errorf("metadata of image %s: %w", name, classify(err))
 		}
+		if f.Features, err = features(img, name); err != nil {
+			return err
+		}
 		created, err := img.GetCreateTimestamp()
 		if err != nil {
 			return fmt.Errorf("creation time of image %s: %w", name, classify(err))

@@ -195,6 +195,15 @@ func testFeatures(t *testing.T, s *suite) {
 	if !slices.Equal(info.Features, sorted) {
 		t.Fatalf("features %v, want %v", info.Features, sorted)
 	}
+	// StatFamily, by name and by ID, reports them too (clones check the
+	// parent's layering with it).
+	fam, err := b.StatFamily(ctx, p, name, "")
+	s.must(err, "StatFamily")
+	byID, err := b.StatFamily(ctx, p, "", info.ID)
+	s.must(err, "StatFamily by ID")
+	if !slices.Equal(fam.Features, sorted) || !slices.Equal(byID.Features, sorted) {
+		t.Fatalf("StatFamily features %v, by ID %v, want %v", fam.Features, byID.Features, sorted)
+	}
 	s.must(b.CreateSnapshot(ctx, p, name, "s"), "CreateSnapshot")
 	for clone, features := range map[string][]string{"full-clone": full, "lean-clone": {"layering", "deep-flatten"}} {
 		err := b.Clone(ctx, p, p, s.name(clone), rbd.CloneSpec{ParentImage: name, ParentSnap: "s", ImageSpec: rbd.ImageSpec{Features: features}})
