@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -63,6 +64,15 @@ func parseFlags(args []string) (flags, error) {
 	fs.IntVar(&f.ctrl.CloneDepthHard, "clone-depth-hard", controller.DefaultCloneDepthHard, "clones deeper than this are flattened before CreateVolume succeeds")
 	fs.IntVar(&f.ctrl.MaxSnapshotsPerImage, "max-snapshots-per-image", controller.DefaultMaxSnapshotsPerImage, "most snapshots one volume may have (krbd maps at most 510)")
 	fs.DurationVar(&f.ctrl.SweepInterval, "reclaim-sweep-interval", controller.DefaultSweepInterval, "after a delete, and with --controller-secret-dir in every pool it can read, sweep a pool at most this often for what crashed or abandoned requests left (hidden images nothing needs, unfinished images, temporary clone snapshots older than this); 0 turns it off")
+	fs.Func("volume-name-prefixes", "comma-separated StorageClass volumeNamePrefix values allowed besides csi-vol- (like k8s-prod-); every image so named is taken for this driver's: listed, deleted, swept when unfinished", func(v string) error {
+		for _, p := range strings.Split(v, ",") {
+			if err := config.ValidVolumeNamePrefix(p); err != nil {
+				return err
+			}
+			f.ctrl.VolumeNamePrefixes = append(f.ctrl.VolumeNamePrefixes, p)
+		}
+		return nil
+	})
 	fs.StringVar(&f.metricsAddr, "metrics-address", "", "host:port to serve Prometheus metrics on, at /metrics (e.g. :9809); empty turns metrics off")
 	f.node = addNodeFlags(fs)
 	f.registry = addRegistryFlags(fs)

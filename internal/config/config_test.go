@@ -303,3 +303,19 @@ func TestKeyTypes(t *testing.T) {
 		t.Errorf("no error became one")
 	}
 }
+
+func TestVolumeNamePrefix(t *testing.T) {
+	for _, ok := range []string{"k8s-prod-", "a1-", "team.x-", "csi-vol-", strings.Repeat("a", 23) + "-"} {
+		if err := ValidVolumeNamePrefix(ok); err != nil {
+			t.Errorf("%q refused: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "x", "-", "K8s-", "k8s", "-a-", "1a-", "k8s_prod-", "k8s prod-", "csi-del-", "csi-snap-x-", "csi-", "rbdcsi.x-", strings.Repeat("a", 24) + "-"} {
+		if err := ValidVolumeNamePrefix(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if _, err := ParseParams(map[string]string{"clusterID": "c1", "pool": "rbd", "volumeNamePrefix": "Prod"}); err == nil {
+		t.Error("a StorageClass with a bad volumeNamePrefix was accepted")
+	}
+}

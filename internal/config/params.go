@@ -23,6 +23,9 @@ const (
 	// this driver did not create (rbd create, ceph-csi, the in-tree plugin)
 	// that an admin hands to it. Never a StorageClass parameter.
 	ParamStaticVolume = "staticVolume"
+	// ParamVolumeNamePrefix replaces csi-vol- in the names of the
+	// StorageClass's images, so `rbd ls` shows whose they are.
+	ParamVolumeNamePrefix = "volumeNamePrefix"
 )
 
 // ReservedPrefix marks keys the Kubernetes sidecars add or consume
@@ -52,6 +55,8 @@ type Params struct {
 	Owner         Owner // who asked for the volume, where the provisioner says
 	Static        bool  // a volume context's staticVolume
 	QoS           QoS   // the StorageClass's QoS parameters (qos.go)
+	// VolumeNamePrefix names new images instead of csi-vol- ("": that).
+	VolumeNamePrefix string
 }
 
 // Owner names the Kubernetes objects a volume was made for, from the
@@ -142,7 +147,7 @@ func parse(in map[string]string) (Params, error) {
 	for _, k := range sortedKeys(in) {
 		switch k {
 		case ParamClusterID, ParamPool, ParamDataPool, ParamImageFeatures, ParamFsType,
-			ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions, ParamStaticVolume:
+			ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions, ParamStaticVolume, ParamVolumeNamePrefix:
 		default:
 			if !strings.HasPrefix(k, ReservedPrefix) && !IsQoSParam(k) {
 				return Params{}, fmt.Errorf("unknown parameter %.60q (known: %s)", k, strings.Join(knownParams(), ", "))
@@ -196,6 +201,11 @@ func parse(in map[string]string) (Params, error) {
 	if p.QoS, err = ParseQoS(in); err != nil {
 		return Params{}, err
 	}
+	if p.VolumeNamePrefix = in[ParamVolumeNamePrefix]; p.VolumeNamePrefix != "" {
+		if err := ValidVolumeNamePrefix(p.VolumeNamePrefix); err != nil {
+			return Params{}, fmt.Errorf("parameter %s: %w", ParamVolumeNamePrefix, err)
+		}
+	}
 	p.Owner = Owner{PVCName: in[ParamPVCName], PVCNamespace: in[ParamPVCNamespace], PVName: in[ParamPVName]}
 	for _, k := range []string{ParamPVCName, ParamPVCNamespace, ParamPVName} {
 		if len(in[k]) > maxOwnerNameLen {
@@ -232,7 +242,7 @@ func ParseMkfsOptions(s string) ([]string, error) {
 
 func knownParams() []string {
 	return []string{ParamClusterID, ParamPool, ParamDataPool, ParamImageFeatures, ParamFsType,
-		ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions, ParamStaticVolume, "the QoS parameters"}
+		ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions, ParamStaticVolume, ParamVolumeNamePrefix, "the QoS parameters"}
 }
 
 func contains(list []string, s string) bool {
@@ -251,4 +261,32 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// MaxVolumeNamePrefixLen keeps a volume ID within volid.MaxLen with the
+// longest clusterID and pool: the image name is the prefix and 20 hex
+// digits.
+const MaxVolumeNamePrefixLen = 24
+
+// reservedNamePrefixes name what the driver makes besides volumes.
+var reservedNamePrefixes = []string{"csi-del-", "csi-snap-", "csi-tmp-", "rbdcsi."}
+
+// ValidVolumeNamePrefix checks a volumeNamePrefix: 2 to 24 lower-case
+// letters, digits, '-' and '.', starting with a letter and ending in '-',
+// and not a prefix the driver uses for anything else.
+func ValidVolumeNamePrefix(s string) error {
+	if len(s) < 2 || len(s) > MaxVolumeNamePrefixLen || s[0] < 'a' || s[0] > 'z' || s[len(s)-1] != '-' {
+		return fmt.Errorf("%.40q: want 2 to %d characters, starting with a lower-case letter and ending in '-' (like k8s-prod-)", s, MaxVolumeNamePrefixLen)
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+			return fmt.Errorf("%q: only lower-case letters, digits, '-' and '.' are allowed", s)
+		}
+	}
+	for _, r := range reservedNamePrefixes {
+		if strings.HasPrefix(s, r) || strings.HasPrefix(r, s) {
+			return fmt.Errorf("%q overlaps %s, which the driver names other things with", s, r)
+		}
+	}
+	return nil
 }

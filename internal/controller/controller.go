@@ -4,9 +4,6 @@ package controller
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -44,6 +41,9 @@ const (
 	// metaSnapPrefix + RBD snapshot name: the VolumeSnapshot (JSON of
 	// config.SnapshotOwner) that snapshot of the image was taken for.
 	metaSnapPrefix = "rbdcsi.k8s.snap."
+	// metaNamePrefix holds the StorageClass's volumeNamePrefix of an
+	// image not named with the default volumePrefix (names.go).
+	metaNamePrefix = "rbdcsi.nameprefix"
 )
 
 // Name prefixes of what the driver creates in a pool.
@@ -85,6 +85,11 @@ type Options struct {
 	Nodes Nodes
 	// Upkeep is told about background work (metrics). Nil: nobody.
 	Upkeep Upkeep
+	// VolumeNamePrefixes are the StorageClass volumeNamePrefix values
+	// allowed besides the default, csi-vol-: images with them are this
+	// driver's (listed, swept when unfinished, deleted), so the list must
+	// name only prefixes no one else uses in the pools.
+	VolumeNamePrefixes []string
 	// Fault, for crash tests only, is called at named points between the
 	// Ceph steps of an operation ("CreateSnapshot:claimed").
 	Fault func(point string)
@@ -138,6 +143,9 @@ type Controller struct {
 	nodes     Nodes
 	flattener *flattener
 	sweeper   *sweeper
+	// namePrefixes name the driver's volume images: volumePrefix and
+	// Options.VolumeNamePrefixes.
+	namePrefixes []string
 }
 
 // New returns a Controller.
@@ -157,7 +165,8 @@ func New(o Options) *Controller {
 	if o.Upkeep == nil {
 		o.Upkeep = nopUpkeep{}
 	}
-	c := &Controller{backend: o.Backend, clusters: o.Clusters, cred: o.Credentials, locks: lock.New(), opts: o, nodes: o.Nodes}
+	c := &Controller{backend: o.Backend, clusters: o.Clusters, cred: o.Credentials, locks: lock.New(), opts: o, nodes: o.Nodes,
+		namePrefixes: append([]string{volumePrefix}, o.VolumeNamePrefixes...)}
 	c.flattener = newFlattener(c)
 	c.sweeper = newSweeper(c, o.SweepInterval)
 	c.sweeper.startPeriodic()
@@ -170,48 +179,6 @@ func New(o Options) *Controller {
 func (c *Controller) Close() {
 	c.flattener.stop()
 	c.sweeper.stop()
-}
-
-// imageName derives the image name from the request name, so a retried
-// CreateVolume finds the image its earlier attempt made without any
-// separate journal: one Ceph round trip fewer per create, nothing else to
-// keep consistent. 80 bits of hash; the stored request name catches a
-// collision.
-func imageName(requestName string) string {
-	return volumePrefix + hash(requestName, 10)
-}
-
-// finished reports whether a volume image is complete: it carries the
-// request name it was made for. A clone inherits its parent's metadata, so
-// a name that does not hash to this image's name is an inherited one, and
-// the image is the unfinished remains of a crash.
-func finished(meta map[string]string, image string) bool {
-	owner := meta[metaName]
-	return owner != "" && imageName(owner) == image
-}
-
-// snapName derives the RBD snapshot name from the CreateSnapshot name.
-func snapName(requestName string) string { return snapPrefix + hash(requestName, 8) }
-
-func hash(s string, n int) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:n])
-}
-
-// isVolumeImage tells the driver's volume images from anything else in a
-// pool, including other drivers' images that share the prefix: the sweep
-// removes unfinished ones.
-func isVolumeImage(name string) bool {
-	h, ok := strings.CutPrefix(name, volumePrefix)
-	if !ok || len(h) != 20 {
-		return false
-	}
-	for _, c := range h {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // ControllerGetCapabilities advertises only what works: the list, capacity

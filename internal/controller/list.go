@@ -27,7 +27,7 @@ func (c *Controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 	if len(req.GetVolumeCapabilities()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "volume capabilities are missing")
 	}
-	vol, err := checkVolumeContext(id, req.GetVolumeContext())
+	vol, err := c.checkVolumeContext(id, req.GetVolumeContext())
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func (c *Controller) volumeIDs(ctx context.Context) ([]volid.Volume, error) {
 				return nil, cephStatus(err)
 			}
 			for _, n := range names {
-				if isVolumeImage(n) {
+				if c.isVolumeImage(n) {
 					ids = append(ids, volid.Volume{ClusterID: cluster.ClusterID, Pool: pool.Name, Image: n})
 				}
 			}

@@ -23,6 +23,9 @@ import (
 // caller.
 func volumeMetadata(name string, p config.Params, size uint64, extra map[string]string) map[string]string {
 	meta := map[string]string{metaName: name}
+	if p.VolumeNamePrefix != "" && p.VolumeNamePrefix != volumePrefix {
+		meta[metaNamePrefix] = p.VolumeNamePrefix
+	}
 	for k, v := range qosMetadata(p.QoS, size) {
 		meta[k] = v
 	}

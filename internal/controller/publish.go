@@ -40,7 +40,7 @@ func (c *Controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 	if err := checkCapability(req.GetVolumeCapability()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if _, err := checkVolumeContext(id, req.GetVolumeContext()); err != nil {
+	if _, err := c.checkVolumeContext(id, req.GetVolumeContext()); err != nil {
 		return nil, err
 	}
 	n, known, err := c.nodes.Lookup(ctx, node)

@@ -281,7 +281,7 @@ func (c *Controller) allSnapshots(ctx context.Context, secrets map[string]string
 				return nil, cephStatus(err)
 			}
 			for _, n := range names {
-				if !isVolumeImage(n) && !strings.HasPrefix(n, hiddenPrefix) {
+				if !c.isVolumeImage(n) && !strings.HasPrefix(n, hiddenPrefix) {
 					continue
 				}
 				fam, err := c.backend.StatFamily(ctx, pool, n, "")
@@ -305,7 +305,7 @@ func snapshotEntries(clusterID, pool string, fam rbd.Family, only string) []*csi
 	if owner == "" {
 		return nil
 	}
-	srcID := volid.Volume{ClusterID: clusterID, Pool: pool, Image: imageName(owner)}.String()
+	srcID := volid.Volume{ClusterID: clusterID, Pool: pool, Image: imageName(namePrefixOf(fam.Metadata), owner)}.String()
 	var out []*csi.ListSnapshotsResponse_Entry
 	for _, s := range fam.Snaps {
 		if !strings.HasPrefix(s.Name, snapPrefix) || (only != "" && s.Name != only) {
@@ -340,7 +340,7 @@ func findSnap(snaps []rbd.SnapInfo, name string) (rbd.SnapInfo, bool) {
 // named like ours must be finished, a static volume's need only exist.
 func (c *Controller) family(ctx context.Context, pool rbd.Pool, vol volid.Volume) (rbd.Family, error) {
 	fam, err := c.backend.StatFamily(ctx, pool, vol.Image, "")
-	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && isVolumeImage(vol.Image) && !finished(fam.Metadata, vol.Image)) {
+	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && c.isVolumeImage(vol.Image) && !finished(fam.Metadata, vol.Image)) {
 		return rbd.Family{}, status.Errorf(codes.NotFound, "volume %s does not exist", vol)
 	}
 	if err != nil {

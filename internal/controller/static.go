@@ -23,14 +23,14 @@ import (
 // used only where the attributes say staticVolume, and then their
 // clusterID and pool must be the ID's. Bad attributes are InvalidArgument
 // with what to write instead.
-func checkVolumeContext(id string, volCtx map[string]string) (volid.Volume, error) {
+func (c *Controller) checkVolumeContext(id string, volCtx map[string]string) (volid.Volume, error) {
 	static := volCtx[config.ParamStaticVolume] != "" && volCtx[config.ParamStaticVolume] != "false"
 	vol, decodeErr := volid.DecodeVolume(id)
 	if !static {
 		if decodeErr != nil {
 			return volid.Volume{}, status.Errorf(codes.NotFound, "volume %.130q does not exist", id)
 		}
-		if !isVolumeImage(vol.Image) {
+		if !c.isVolumeImage(vol.Image) {
 			return volid.Volume{}, status.Errorf(codes.NotFound, "volume %s does not exist: image %s was not created by this driver; to use an existing image, set volumeAttributes %s: \"true\" in its PersistentVolume", id, vol.Image, config.ParamStaticVolume)
 		}
 		return vol, nil

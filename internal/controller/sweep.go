@@ -163,7 +163,7 @@ func (s *sweeper) sweep(ctx context.Context, pool rbd.Pool) error {
 		var err error
 		if id, ok := strings.CutPrefix(name, hiddenPrefix); ok {
 			err = s.sweepHidden(ctx, pool, name, id)
-		} else if isVolumeImage(name) {
+		} else if s.c.isVolumeImage(name) {
 			err = s.sweepVolume(ctx, pool, name)
 		}
 		if err != nil {

@@ -57,7 +57,11 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, err
 	}
-	vol := volid.Volume{ClusterID: params.ClusterID, Pool: params.Pool, Image: imageName(name)}
+	prefix, err := c.namePrefix(params)
+	if err != nil {
+		return nil, err
+	}
+	vol := volid.Volume{ClusterID: params.ClusterID, Pool: params.Pool, Image: imageName(prefix, name)}
 	release, ok := c.locks.TryLock("name/"+name, imageKey(pool, vol.Image))
 	if !ok {
 		return nil, pending("volume " + name)
@@ -142,7 +146,7 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
 	}
 	vol, err := volid.DecodeVolume(id)
-	if err != nil || !isVolumeImage(vol.Image) {
+	if err != nil || !c.isVolumeImage(vol.Image) {
 		klog.V(2).InfoS("deleting a volume ID that is not ours: nothing to do", "volumeID", id)
 		return &csi.DeleteVolumeResponse{}, nil
 	}
@@ -235,7 +239,7 @@ func (c *Controller) lockVolume(id string, secrets map[string]string, ownCredsOK
 // finished, a static volume's need only exist.
 func (c *Controller) stat(ctx context.Context, pool rbd.Pool, vol volid.Volume) (rbd.ImageInfo, error) {
 	info, err := c.backend.Stat(ctx, pool, vol.Image)
-	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && isVolumeImage(vol.Image) && !finished(info.Metadata, vol.Image)) {
+	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && c.isVolumeImage(vol.Image) && !finished(info.Metadata, vol.Image)) {
 		return rbd.ImageInfo{}, status.Errorf(codes.NotFound, "volume %s does not exist", vol)
 	}
 	if err != nil {
