@@ -12,7 +12,8 @@ import (
 // snapshot claims and image objects. Data objects of removed snapshots are
 // trimmed by the OSD in the background, so they get a bounded while to go.
 // The node registry (rbdcsi.nodes) is state of running nodes, not a leak,
-// and the claim index may stay empty; entries left in either are leaks.
+// and the claim and static-snapshot indexes may stay empty; entries left
+// in any of them are leaks.
 func (c Cluster) PoolLeaks() []string {
 	var left []string
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
@@ -34,7 +35,7 @@ func (c Cluster) PoolLeaks() []string {
 			left = append(left, "rados ls: "+err.Error())
 		}
 		for _, obj := range strings.Fields(out) {
-			if obj != "rbdcsi.nodes" && obj != "rbdcsi.snapclaims" && (strings.HasPrefix(obj, "rbdcsi.") || strings.HasPrefix(obj, "rbd_header.") ||
+			if obj != "rbdcsi.nodes" && obj != "rbdcsi.snapclaims" && obj != "rbdcsi.statictmp" && (strings.HasPrefix(obj, "rbdcsi.") || strings.HasPrefix(obj, "rbd_header.") ||
 				strings.HasPrefix(obj, "rbd_data.") || strings.HasPrefix(obj, "rbd_id.")) {
 				left = append(left, "object "+obj)
 			}
@@ -50,10 +51,12 @@ func (c Cluster) PoolLeaks() []string {
 // the work they track: attachment entries in the node registry
 // ("attach/<node>/<volumeID>", gone once every volume is detached) and
 // unsettled snapshot claims (rbdcsi.snapclaims, gone once every
-// CreateSnapshot settled). The objects themselves may stay, empty.
+// CreateSnapshot settled), static images with a clone's temporary snapshot
+// (rbdcsi.statictmp, gone once the clone is done). The objects themselves
+// may stay, empty.
 func (c Cluster) IndexLeft() []string {
 	var left []string
-	for obj, prefix := range map[string]string{"rbdcsi.nodes": "attach/", "rbdcsi.snapclaims": ""} {
+	for obj, prefix := range map[string]string{"rbdcsi.nodes": "attach/", "rbdcsi.snapclaims": "", "rbdcsi.statictmp": ""} {
 		out, err := c.Rados(append(c.poolArgs(), "listomapkeys", obj)...)
 		if err != nil {
 			if !strings.Contains(err.Error(), "No such file") {

@@ -223,13 +223,13 @@ func (e *env) leaks() []string {
 	images, snaps, objects := e.ceph.Contents(e.pool)
 	left := append(images, snaps...)
 	for _, o := range objects {
-		if o != "rbdcsi.snapclaims" {
+		if o != "rbdcsi.snapclaims" && o != "rbdcsi.statictmp" {
 			left = append(left, "object "+o)
 			continue
 		}
 		entries, err := e.ceph.ListOmap(context.Background(), e.pool, o, "")
 		if err != nil || len(entries) > 0 {
-			left = append(left, fmt.Sprintf("claim index entries %v %v", entries, err))
+			left = append(left, fmt.Sprintf("%s entries %v %v", o, entries, err))
 		}
 	}
 	return left

@@ -174,6 +174,11 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, clusterID
 		if len(fam.Snaps) >= c.opts.MaxSnapshotsPerImage {
 			return source{}, status.Errorf(codes.ResourceExhausted, "volume %s has %d snapshots, the most this driver allows; a clone needs one more", v.GetVolumeId(), len(fam.Snaps))
 		}
+		if !c.isVolumeImage(vol.Image) {
+			if err := c.indexStaticTmp(ctx, ppool, vol.Image); err != nil {
+				return source{}, err
+			}
+		}
 		if err := c.backend.CreateSnapshot(ctx, ppool, vol.Image, tmp); err != nil && !errors.Is(err, rbd.ErrExists) {
 			return source{}, cephStatus(err)
 		}
@@ -200,11 +205,14 @@ func (c *Controller) dropTmpSnap(ctx context.Context, pool rbd.Pool, image, snap
 	if err != nil {
 		return
 	}
-	if _, ok := findSnap(fam.Snaps, snap); !ok {
-		return
+	if _, ok := findSnap(fam.Snaps, snap); ok {
+		if err := c.backend.RemoveSnapshot(ctx, pool, fam.ID, snap); err != nil && !errors.Is(err, rbd.ErrNotFound) {
+			klog.ErrorS(err, "removing a clone's temporary snapshot; the next retry removes it", "pool", pool.Name, "image", image, "snap", snap)
+			return
+		}
 	}
-	if err := c.backend.RemoveSnapshot(ctx, pool, fam.ID, snap); err != nil && !errors.Is(err, rbd.ErrNotFound) {
-		klog.ErrorS(err, "removing a clone's temporary snapshot; the next retry removes it", "pool", pool.Name, "image", image, "snap", snap)
+	if !c.isVolumeImage(image) {
+		c.unindexStaticTmp(ctx, pool, image)
 	}
 }
 

@@ -1,10 +1,20 @@
 package controller
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
@@ -50,4 +60,85 @@ func (c *Controller) checkVolumeContext(id string, volCtx map[string]string) (vo
 		return volid.Volume{}, status.Errorf(codes.InvalidArgument, "static volume %s: the volumeHandle names clusterID %s and pool %s, its volumeAttributes clusterID %s and pool %s; make them agree", id, vol.ClusterID, vol.Pool, p.ClusterID, p.Pool)
 	}
 	return vol, nil
+}
+
+// staticTmpIndex is an omap object listing the static volumes' images a
+// clone took a temporary snapshot of: key the image name, value the unix
+// time of the latest. The sweeper reads only the driver's own images, so
+// without it a clone abandoned after a crash would leave its temporary
+// snapshot on a static image for good.
+const staticTmpIndex = "rbdcsi.statictmp"
+
+// indexStaticTmp records that a clone is about to snapshot a static image.
+func (c *Controller) indexStaticTmp(ctx context.Context, pool rbd.Pool, image string) error {
+	if err := c.backend.SetOmap(ctx, pool, staticTmpIndex, map[string]string{image: strconv.FormatInt(time.Now().Unix(), 10)}); err != nil {
+		return cephStatus(fmt.Errorf("indexing the temporary snapshot of static image %s: %w", image, err))
+	}
+	return nil
+}
+
+// unindexStaticTmp drops a static image's index entry once it has no
+// temporary snapshot left. It needs the image's key, which a clone holds
+// while it indexes and takes its snapshot; when that is busy, or anything
+// fails, the entry is left for the sweeper.
+func (c *Controller) unindexStaticTmp(ctx context.Context, pool rbd.Pool, image string) {
+	release, ok := c.locks.TryLock(imageKey(pool, image))
+	if !ok {
+		return
+	}
+	defer release()
+	fam, err := c.backend.StatFamily(ctx, pool, image, "")
+	if err != nil {
+		return
+	}
+	for _, s := range fam.Snaps {
+		if strings.HasPrefix(s.Name, tmpSnapPrefix) {
+			return
+		}
+	}
+	if err := c.backend.RemoveOmapKeys(ctx, pool, staticTmpIndex, image); err != nil {
+		klog.ErrorS(err, "unindexing a static image's temporary snapshot; the sweep does it later", "pool", pool.Name, "image", image)
+	}
+}
+
+// sweepStaticTmp drops the settled temporary snapshots of the indexed
+// static images, and the entries of images left with none.
+func (s *sweeper) sweepStaticTmp(ctx context.Context, pool rbd.Pool) error {
+	entries, err := s.c.backend.ListOmap(ctx, pool, staticTmpIndex, "")
+	if err != nil {
+		return err
+	}
+	for image, at := range entries {
+		sec, err := strconv.ParseInt(at, 10, 64)
+		if err == nil && !s.settled(time.Unix(sec, 0)) {
+			continue
+		}
+		if err := s.sweepStaticImage(ctx, pool, image); err != nil {
+			klog.ErrorS(err, "sweeping the temporary snapshots of a static image", "pool", pool.Name, "image", image)
+		}
+	}
+	return nil
+}
+
+func (s *sweeper) sweepStaticImage(ctx context.Context, pool rbd.Pool, image string) error {
+	release, ok := s.c.locks.TryLock(imageKey(pool, image))
+	if !ok {
+		return nil // a clone from it is running
+	}
+	defer release()
+	fam, err := s.c.backend.StatFamily(ctx, pool, image, "")
+	if err == nil {
+		releaseParent, ok := s.c.locks.TryLock(parentKey(pool.Name, fam.ID))
+		if !ok {
+			return nil
+		}
+		defer releaseParent()
+		left, err := s.dropSettledTmp(ctx, pool, fam)
+		if err != nil || left {
+			return err
+		}
+	} else if !errors.Is(err, rbd.ErrNotFound) {
+		return err
+	}
+	return s.c.backend.RemoveOmapKeys(ctx, pool, staticTmpIndex, image)
 }

@@ -170,6 +170,9 @@ func (s *sweeper) sweep(ctx context.Context, pool rbd.Pool) error {
 			klog.ErrorS(err, "sweeping an image", "pool", pool.Name, "image", name)
 		}
 	}
+	if err := s.sweepStaticTmp(ctx, pool); err != nil {
+		klog.ErrorS(err, "sweeping static images' temporary snapshots", "pool", pool.Name)
+	}
 	return s.sweepClaims(ctx, pool)
 }
 
