@@ -144,13 +144,14 @@ func run(ctx context.Context, f flags) error {
 	var interceptors []grpc.UnaryServerInterceptor
 	var observer rbd.Observer
 	var upkeep controller.Upkeep
+	var trimObs node.TrimObserver
 	if f.metricsAddr != "" {
 		m, err := startMetrics(ctx, f.metricsAddr)
 		if err != nil {
 			return err
 		}
 		interceptors = append(interceptors, m.UnaryInterceptor())
-		observer, upkeep = m, m
+		observer, upkeep, trimObs = m, m, m
 	}
 	checks := []driver.HealthCheck{func(context.Context) error { return clusters.Health() }}
 	var services driver.Services
@@ -194,6 +195,7 @@ func run(ctx context.Context, f flags) error {
 		}
 		services.Node = nodeSvc
 		checks = append(checks, nodeChecks...)
+		defer startTrimmer(ctx, nodeSvc, f.node.fstrimInterval, trimObs)()
 		hbCtx, stopHeartbeat := context.WithCancel(ctx)
 		wait, err := f.registry.startHeartbeat(hbCtx, clusters, backend, nodereg.Node{ID: f.nodeID, MaxVolumes: f.node.maxVolumes})
 		if err != nil {

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/klog/v2"
 	mount "k8s.io/mount-utils"
 
@@ -27,6 +26,7 @@ import (
 type nodeFlags struct {
 	defaultMounter string
 	maxVolumes     int64
+	fstrimInterval time.Duration
 	stateDir       string
 	keyDir         string
 	mapTimeout     time.Duration
@@ -41,13 +41,14 @@ func addNodeFlags(fs *flag.FlagSet) *nodeFlags {
 	fs.StringVar(&f.keyDir, "key-dir", "", "where a map writes the user's key for the Ceph tools, for the length of the call; mount a memory-backed directory here so no key ever reaches a disk. Empty: <state-dir>/keys")
 	fs.DurationVar(&f.mapTimeout, "map-timeout", 60*time.Second, "bound on one map, unmap or losetup command")
 	fs.DurationVar(&f.fsTimeout, "fs-timeout", 10*time.Minute, "bound on one mkfs, resize2fs or xfs_growfs")
+	fs.DurationVar(&f.fstrimInterval, "fstrim-interval", 0, "run fstrim on every staged filesystem this node alone writes this often, so freed blocks go back to Ceph (0: only on SIGUSR1)")
 	return f
 }
 
 // newNode builds the Node service and the health checks it adds to Probe.
 // With the node registry on, the controller records attachments, and the
 // node fences: it maps a single-node volume only where it is attached.
-func newNode(f flags, clusters *config.ClusterMap, fence node.Fence, fault func(string)) (csi.NodeServer, []driver.HealthCheck, error) {
+func newNode(f flags, clusters *config.ClusterMap, fence node.Fence, fault func(string)) (*node.Node, []driver.HealthCheck, error) {
 	nf := f.node
 	if !slices.Contains(config.Mounters, nf.defaultMounter) {
 		return nil, nil, fmt.Errorf("--default-mounter %q: want one of %s", nf.defaultMounter, strings.Join(config.Mounters, ", "))

@@ -42,6 +42,8 @@ type Metrics struct {
 	background *prometheus.GaugeVec
 	sweeps     *prometheus.CounterVec
 	reclaimed  *prometheus.CounterVec
+	trims      *prometheus.CounterVec
+	trimmed    prometheus.Counter
 }
 
 // latencyBuckets span a quick Identity call (~ms) to a slow flatten or
@@ -91,13 +93,23 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name:      "sweeps_total",
 			Help:      "Sweeps of a pool for what crashed or abandoned requests left, by result (success or error).",
 		}, []string{"result"}),
+		trims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "fstrim_total",
+			Help:      "Node: trims of staged filesystems, by result (ok, unsupported: the mapper passes no discards, busy: skipped for a running request, error).",
+		}, []string{"result"}),
+		trimmed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "fstrim_bytes_total",
+			Help:      "Node: bytes fstrim reported trimmed, that is, handed back to Ceph as discards.",
+		}),
 		reclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace,
 			Name:      "reclaimed_total",
 			Help:      "Leftovers the controller gave back to the pool, by what they were (hidden-image, half-removed-image, unfinished-image, temporary-snapshot, snapshot-claim).",
 		}, []string{"what"}),
 	}
-	for _, c := range []prometheus.Collector{m.calls, m.latency, m.inFlight, m.cephOps, m.background, m.sweeps, m.reclaimed} {
+	for _, c := range []prometheus.Collector{m.calls, m.latency, m.inFlight, m.cephOps, m.background, m.sweeps, m.reclaimed, m.trims, m.trimmed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -139,6 +151,12 @@ func (m *Metrics) Swept(err error) { m.sweeps.WithLabelValues(result(err)).Inc()
 
 // Reclaimed counts one leftover removed.
 func (m *Metrics) Reclaimed(what string) { m.reclaimed.WithLabelValues(what).Inc() }
+
+// Trimmed counts one volume's trim on the node (node.TrimObserver).
+func (m *Metrics) Trimmed(result string, bytes uint64) {
+	m.trims.WithLabelValues(result).Inc()
+	m.trimmed.Add(float64(bytes))
+}
 
 func result(err error) string {
 	if err != nil {

@@ -68,9 +68,10 @@ func (f *fakeMapper) Refresh(context.Context, string, int64) (int64, error) { re
 
 // fakeRun answers blkid from a script and records everything it runs.
 type fakeRun struct {
-	mu    sync.Mutex
-	calls [][]string
-	blkid func() ([]byte, error)
+	mu     sync.Mutex
+	calls  [][]string
+	blkid  func() ([]byte, error)
+	fstrim func(path string) ([]byte, error)
 }
 
 func (f *fakeRun) Run(_ context.Context, name string, args ...string) ([]byte, error) {
@@ -79,6 +80,9 @@ func (f *fakeRun) Run(_ context.Context, name string, args ...string) ([]byte, e
 	f.mu.Unlock()
 	if name == "blkid" && f.blkid != nil {
 		return f.blkid()
+	}
+	if name == "fstrim" && f.fstrim != nil {
+		return f.fstrim(args[len(args)-1])
 	}
 	return nil, nil
 }
