@@ -8,10 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/klog/v2"
-
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
