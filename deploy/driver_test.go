@@ -59,8 +59,8 @@ func TestCSIDriverSpec(t *testing.T) {
 		if s.AttachRequired == nil || !*s.AttachRequired {
 			t.Errorf("CSIDriver %s: attachRequired must be true (ControllerPublish records attachments)", d.Name)
 		}
-		if s.PodInfoOnMount == nil || *s.PodInfoOnMount {
-			t.Errorf("CSIDriver %s: podInfoOnMount must be false", d.Name)
+		if s.PodInfoOnMount == nil || !*s.PodInfoOnMount {
+			t.Errorf("CSIDriver %s: podInfoOnMount must be true (krbd QoS needs the pod's UID)", d.Name)
 		}
 		if s.FSGroupPolicy == nil || *s.FSGroupPolicy != storagev1.FileFSGroupPolicy {
 			t.Errorf("CSIDriver %s: fsGroupPolicy must be File", d.Name)

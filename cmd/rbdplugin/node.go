@@ -27,6 +27,7 @@ type nodeFlags struct {
 	defaultMounter string
 	maxVolumes     int64
 	fstrimInterval time.Duration
+	cgroupRoot     string
 	stateDir       string
 	keyDir         string
 	mapTimeout     time.Duration
@@ -41,6 +42,7 @@ func addNodeFlags(fs *flag.FlagSet) *nodeFlags {
 	fs.StringVar(&f.keyDir, "key-dir", "", "where a map writes the user's key for the Ceph tools, for the length of the call; mount a memory-backed directory here so no key ever reaches a disk. Empty: <state-dir>/keys")
 	fs.DurationVar(&f.mapTimeout, "map-timeout", 60*time.Second, "bound on one map, unmap or losetup command")
 	fs.DurationVar(&f.fsTimeout, "fs-timeout", 10*time.Minute, "bound on one mkfs, resize2fs or xfs_growfs")
+	fs.StringVar(&f.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "the cgroup v2 hierarchy holding the pods' cgroups, where krbd volumes get their QoS limits (io.max); empty: krbd volumes get none")
 	fs.DurationVar(&f.fstrimInterval, "fstrim-interval", 0, "run fstrim on every staged filesystem this node alone writes this often, so freed blocks go back to Ceph (0: only on SIGUSR1)")
 	return f
 }
@@ -95,6 +97,7 @@ func newNode(f flags, clusters *config.ClusterMap, fence node.Fence, fault func(
 		Clusters:          clusters,
 		Fence:             fence,
 		Fault:             fault,
+		CgroupRoot:        nf.cgroupRoot,
 	})
 	if err != nil {
 		return nil, nil, err

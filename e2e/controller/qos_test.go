@@ -55,6 +55,14 @@ func TestQoSReachesAMappedVolume(t *testing.T) {
 	free := writeSynced(t, dir, size)
 	modify(map[string]string{"maxBps": "1048576"})
 	capped := writeSynced(t, dir, size)
+	// For krbd, which ignores librbd's limits, the node gets them from the
+	// publish context (a repeated publish answers with the current ones).
+	pub, err := e.cc.ControllerPublishVolume(harness.Ctx(t), &csi.ControllerPublishVolumeRequest{
+		VolumeId: vol.VolumeId, NodeId: "node-a", VolumeCapability: rwo, Secrets: e.c.Secrets()})
+	harness.Must(t, err, "repeated publish")
+	if got := pub.PublishContext["qos"]; got != "rbps=1048576 wbps=1048576 riops=0 wiops=0" {
+		t.Errorf("publish context qos = %q, want the total limit on both directions", got)
+	}
 	modify(map[string]string{"maxBps": "0"})
 	again := writeSynced(t, dir, size)
 	t.Logf("4 MiB written and synced: %v uncapped, %v at 1 MiB/s (%.1fx), %v uncapped again", free, capped, float64(capped)/float64(free), again)

@@ -191,3 +191,54 @@ func QoSParamNames() string {
 	sort.Strings(names)
 	return strings.Join(append(names, ParamBaseVolSize), ", ")
 }
+
+// KernelLimits are a volume's limits as cgroup v2's io.max takes them
+// (bytes and operations per second, read and write; 0: none), for krbd,
+// which ignores librbd's. A total limit caps both directions.
+type KernelLimits struct {
+	ReadBps, WriteBps, ReadIops, WriteIops uint64
+}
+
+// PublishContextQoS is the ControllerPublishVolume publish-context key
+// that carries a volume's KernelLimits to the node.
+const PublishContextQoS = "qos"
+
+// KernelLimitsOf reads the limits from an image's metadata.
+func KernelLimitsOf(meta map[string]string) KernelLimits {
+	get := func(kind string) uint64 {
+		v, _ := strconv.ParseUint(meta["conf_rbd_qos_"+kind+"_limit"], 10, 64)
+		return v
+	}
+	return KernelLimits{
+		ReadBps: minLimit(get("read_bps"), get("bps")), WriteBps: minLimit(get("write_bps"), get("bps")),
+		ReadIops: minLimit(get("read_iops"), get("iops")), WriteIops: minLimit(get("write_iops"), get("iops")),
+	}
+}
+
+// minLimit is the tighter of two limits, 0 being none.
+func minLimit(a, b uint64) uint64 {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
+}
+
+// String encodes the limits for the publish context; "" for none.
+func (k KernelLimits) String() string {
+	if k == (KernelLimits{}) {
+		return ""
+	}
+	return fmt.Sprintf("rbps=%d wbps=%d riops=%d wiops=%d", k.ReadBps, k.WriteBps, k.ReadIops, k.WriteIops)
+}
+
+// ParseKernelLimits reads String's form.
+func ParseKernelLimits(s string) (KernelLimits, error) {
+	var k KernelLimits
+	if s == "" {
+		return k, nil
+	}
+	if _, err := fmt.Sscanf(s, "rbps=%d wbps=%d riops=%d wiops=%d", &k.ReadBps, &k.WriteBps, &k.ReadIops, &k.WriteIops); err != nil {
+		return KernelLimits{}, fmt.Errorf("QoS limits %.80q: %w", s, err)
+	}
+	return k, nil
+}

@@ -99,3 +99,25 @@ func TestQoSMergeAndEncoding(t *testing.T) {
 		t.Errorf("no policy: %v, %v", none, err)
 	}
 }
+
+// krbd's limits come from the image's librbd limits: a total caps both
+// directions, the tighter one wins, and they survive the publish context.
+func TestKernelLimits(t *testing.T) {
+	k := KernelLimitsOf(map[string]string{
+		"conf_rbd_qos_bps_limit": "1000", "conf_rbd_qos_read_bps_limit": "500", "conf_rbd_qos_write_bps_limit": "0",
+		"conf_rbd_qos_write_iops_limit": "20", "rbdcsi.qos": "{}",
+	})
+	if want := (KernelLimits{ReadBps: 500, WriteBps: 1000, WriteIops: 20}); k != want {
+		t.Fatalf("limits %+v, want %+v", k, want)
+	}
+	back, err := ParseKernelLimits(k.String())
+	if err != nil || back != k {
+		t.Fatalf("round trip %q: %+v, %v", k.String(), back, err)
+	}
+	if none := KernelLimitsOf(nil); none.String() != "" {
+		t.Errorf("no limits encode as %q", none.String())
+	}
+	if _, err := ParseKernelLimits("rbps=x"); err == nil {
+		t.Error("a malformed publish context was accepted")
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rbdcsi/rbdcsi/internal/attach"
+	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/nodereg"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
@@ -64,6 +65,11 @@ func (c *Controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 	want := attach.Record{Mode: mode, ReadOnly: req.GetReadonly() || mode == csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY || mode == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY}
 	existing := attach.Records(info.Metadata)
 	resp := &csi.ControllerPublishVolumeResponse{PublishContext: map[string]string{attach.PublishContextNode: node}}
+	// krbd ignores librbd's QoS limits: the node sets them in the pod's
+	// cgroup from here.
+	if qos := config.KernelLimitsOf(info.Metadata).String(); qos != "" {
+		resp.PublishContext[config.PublishContextQoS] = qos
+	}
 	if have, ok := existing[node]; ok {
 		if have == want {
 			return resp, nil

@@ -4,7 +4,8 @@ package controller
 // (rbd-nbd, rbd-fuse) read them as per-image config overrides, plus the
 // policy they came from, so that expansion can recompute size-based
 // limits and ControllerModifyVolume can change some keys and keep the
-// rest. krbd does not read them (issue 19's cgroup part).
+// rest. krbd does not read them: ControllerPublishVolume hands them to the
+// node, which sets them in the pod's cgroup (node/qos.go).
 
 import (
 	"context"

@@ -67,6 +67,9 @@ type Options struct {
 	// the node its attachment record in Ceph names (the controller keeps
 	// them when it runs with the node registry).
 	Fence Fence
+	// CgroupRoot is the cgroup v2 hierarchy holding the pods' cgroups,
+	// where krbd volumes get their QoS limits (qos.go); "": none set.
+	CgroupRoot string
 }
 
 // Node is the CSI Node service.
@@ -84,6 +87,7 @@ type Node struct {
 	locks          *lock.Keyed
 	fence          Fence
 	fault          func(string)
+	cgroupRoot     string
 }
 
 // New returns a Node; it fails if the state directory cannot be used.
@@ -120,6 +124,7 @@ func New(o Options) (*Node, error) {
 	return &Node{
 		id: o.NodeID, mappers: o.Mappers, defaultMounter: o.DefaultMounter, mounter: mounter,
 		run: run, maxVolumes: o.MaxVolumesPerNode, clusters: o.Clusters, store: st, locks: lock.New(), fence: o.Fence, fault: o.Fault,
+		cgroupRoot: o.CgroupRoot,
 	}, nil
 }
 

@@ -31,11 +31,17 @@ func (n *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 	}
 	t := target{Cap: capSpec, ReadOnly: req.GetReadonly() || capSpec.readerOnly()}
 	done, err := n.reconcileTarget(rec, targetPath, t)
-	if err != nil || done {
-		return &csi.NodePublishVolumeResponse{}, err
-	}
-	if err := n.publish(rec, targetPath, t); err != nil {
+	if err != nil {
 		return nil, err
+	}
+	if !done {
+		if err := n.publish(rec, targetPath, t); err != nil {
+			return nil, err
+		}
+	}
+	n.capIO(rec, req)
+	if done {
+		return &csi.NodePublishVolumeResponse{}, nil
 	}
 	klog.V(2).InfoS("published volume", "volumeID", id, "target", targetPath, "readOnly", t.ReadOnly)
 	return &csi.NodePublishVolumeResponse{}, nil
