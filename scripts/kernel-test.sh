@@ -125,7 +125,7 @@ log "clusters up on $NET.1 in network namespace $ns ($((SECONDS - t0)) s so far)
 # run has them); nbd runs what its user-space daemon makes different
 # (mapping, data, growth, a killed plugin, a lost mapping, options, bad
 # input, the object map it keeps, journaling). KERNEL_TEST_FULL=1 runs everything with both.
-readonly NBD_TESTS='TestBlock|TestFilesystem|TestFstrimGivesSpaceBack|TestQoSInThePodCgroup|TestOnlineGrowthUnderWrites|TestKilledBetweenStageAndUnstage|TestStagedVolumeLostOnReboot|TestMapOptions|TestBadInput|TestDefaultFeaturesMapAndTrackWrites|TestJournalingByMapper'
+readonly NBD_TESTS='TestBlock|TestFilesystem|TestFstrimGivesSpaceBack|TestQoSInThePodCgroup|TestLibrbdQoSReachesAMappedVolume|TestOnlineGrowthUnderWrites|TestKilledBetweenStageAndUnstage|TestStagedVolumeLostOnReboot|TestMapOptions|TestBadInput|TestDefaultFeaturesMapAndTrackWrites|TestJournalingByMapper'
 readonly KRBD_SKIP='TestSixteenVolumesStagedInParallel|TestStageWithUserWithoutAccess'
 # tests MAPPER: go test's -run and -skip arguments.
 tests() {

@@ -106,3 +106,53 @@ func TestQoSInThePodCgroup(t *testing.T) {
 		t.Errorf("the 1 MiB/s cap did not slow the read down threefold: %v capped, %v uncapped", capped, free)
 	}
 }
+
+// syncedWrite writes n bytes to a new file under dir and waits until they
+// reached the device.
+func syncedWrite(t *testing.T, dir string, n int) time.Duration {
+	t.Helper()
+	f, err := os.CreateTemp(dir, "qos-")
+	harness.Must(t, err, "create")
+	defer os.Remove(f.Name())
+	defer f.Close()
+	start := time.Now()
+	_, err = f.Write(pattern(n, f.Name()))
+	harness.Must(t, err, "write")
+	harness.Must(t, f.Sync(), "fsync")
+	return time.Since(start)
+}
+
+// librbd's QoS limits, as the controller writes them into the image's
+// metadata, reach a mapped volume at once with the librbd mappers (nbd,
+// fuse): a synced write is capped, then not, without a remap. krbd
+// ignores them; its limits go through the pod's cgroup (above).
+func TestLibrbdQoSReachesAMappedVolume(t *testing.T) {
+	if mounter() == "krbd" {
+		t.Skip("krbd does not read librbd's limits; TestQoSInThePodCgroup covers krbd")
+	}
+	e := setup(t)
+	c := mountCap("ext4", csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)
+	v := e.createVolume("librbd-qos", 64<<20, c)
+	image := v.VolumeId[strings.LastIndex(v.VolumeId, ":")+1:]
+	staging := e.path("staging")
+	e.stage(v, staging, c)
+	defer e.unstage(v, staging)
+	limit := func(bps string) {
+		t.Helper()
+		_, err := e.c.RBD(append([]string{"image-meta", "set", "--pool", e.c.Pool, image, "conf_rbd_qos_bps_limit", bps}, e.c.NamespaceArgs()...)...)
+		harness.Must(t, err, "rbd image-meta set")
+	}
+	const size = 4 << 20
+	syncedWrite(t, staging, size) // the first write allocates
+	free := syncedWrite(t, staging, size)
+	limit("1048576")
+	capped := syncedWrite(t, staging, size)
+	limit("0")
+	again := syncedWrite(t, staging, size)
+	t.Logf("%s: 4 MiB written and synced: %v uncapped, %v at 1 MiB/s (%.1fx), %v uncapped again", mounter(), free, capped, float64(capped)/float64(free), again)
+	// At 1 MiB/s, 4 MiB take 3 s or more; uncapped, well under a second
+	// even in the kernel VM.
+	if capped < 3*free || capped < 3*again {
+		t.Errorf("the 1 MiB/s limit did not slow %s's write threefold: %v capped, %v and %v uncapped", mounter(), capped, free, again)
+	}
+}
