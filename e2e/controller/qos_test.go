@@ -3,27 +3,11 @@ package controller
 import (
 	"os"
 	"testing"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/rbdcsi/rbdcsi/e2e/harness"
 )
-
-// writeSynced writes n bytes to a new file under dir and waits until they
-// reached the image, returning how long that took.
-func writeSynced(t *testing.T, dir string, n int) time.Duration {
-	t.Helper()
-	f, err := os.CreateTemp(dir, "qos-")
-	harness.Must(t, err, "create")
-	defer os.Remove(f.Name())
-	defer f.Close()
-	start := time.Now()
-	_, err = f.Write(make([]byte, n))
-	harness.Must(t, err, "write")
-	harness.Must(t, f.Sync(), "fsync")
-	return time.Since(start)
-}
 
 // QoS limits set by ControllerModifyVolume reach a librbd client (here
 // rbd-fuse) that has the image open: a write is capped at once, and
@@ -51,10 +35,10 @@ func TestQoSReachesAMappedVolume(t *testing.T) {
 		harness.Must(t, err, "ControllerModifyVolume %v", p)
 	}
 	const size = 4 * mib
-	writeSynced(t, dir, size) // warm up: the first write allocates
-	free := writeSynced(t, dir, size)
+	harness.TimedWrite(t, dir, size) // warm up: the first write allocates
+	free := harness.TimedWrite(t, dir, size)
 	modify(map[string]string{"maxBps": "1048576"})
-	capped := writeSynced(t, dir, size)
+	capped := harness.TimedWrite(t, dir, size)
 	// For krbd, which ignores librbd's limits, the node gets them from the
 	// publish context (a repeated publish answers with the current ones).
 	pub, err := e.cc.ControllerPublishVolume(harness.Ctx(t), &csi.ControllerPublishVolumeRequest{
@@ -64,7 +48,7 @@ func TestQoSReachesAMappedVolume(t *testing.T) {
 		t.Errorf("publish context qos = %q, want the total limit on both directions", got)
 	}
 	modify(map[string]string{"maxBps": "0"})
-	again := writeSynced(t, dir, size)
+	again := harness.TimedWrite(t, dir, size)
 	t.Logf("4 MiB written and synced: %v uncapped, %v at 1 MiB/s (%.1fx), %v uncapped again", free, capped, float64(capped)/float64(free), again)
 	// At 1 MiB/s, 4 MiB take 3 s or more; uncapped, milliseconds here. A
 	// tenth of that gap still tells a cap from none on a busy machine.

@@ -107,21 +107,6 @@ func TestQoSInThePodCgroup(t *testing.T) {
 	}
 }
 
-// syncedWrite writes n bytes to a new file under dir and waits until they
-// reached the device.
-func syncedWrite(t *testing.T, dir string, n int) time.Duration {
-	t.Helper()
-	f, err := os.CreateTemp(dir, "qos-")
-	harness.Must(t, err, "create")
-	defer os.Remove(f.Name())
-	defer f.Close()
-	start := time.Now()
-	_, err = f.Write(pattern(n, f.Name()))
-	harness.Must(t, err, "write")
-	harness.Must(t, f.Sync(), "fsync")
-	return time.Since(start)
-}
-
 // librbd's QoS limits, as the controller writes them into the image's
 // metadata, reach a mapped volume at once with the librbd mappers (nbd,
 // fuse): a synced write is capped, then not, without a remap. krbd
@@ -143,12 +128,12 @@ func TestLibrbdQoSReachesAMappedVolume(t *testing.T) {
 		harness.Must(t, err, "rbd image-meta set")
 	}
 	const size = 4 << 20
-	syncedWrite(t, staging, size) // the first write allocates
-	free := syncedWrite(t, staging, size)
+	harness.TimedWrite(t, staging, size) // the first write allocates
+	free := harness.TimedWrite(t, staging, size)
 	limit("1048576")
-	capped := syncedWrite(t, staging, size)
+	capped := harness.TimedWrite(t, staging, size)
 	limit("0")
-	again := syncedWrite(t, staging, size)
+	again := harness.TimedWrite(t, staging, size)
 	t.Logf("%s: 4 MiB written and synced: %v uncapped, %v at 1 MiB/s (%.1fx), %v uncapped again", mounter(), free, capped, float64(capped)/float64(free), again)
 	// At 1 MiB/s, 4 MiB take 3 s or more; uncapped, well under a second
 	// even in the kernel VM.
