@@ -73,6 +73,13 @@ func parseFlags(args []string) (flags, error) {
 		}
 		return nil
 	})
+	fs.Func("instance-id", "scopes what this driver makes and finds in a pool to its own Kubernetes cluster, for several clusters sharing pools: up to 16 lower-case letters, digits and '-'; the same on the controller and every node. Empty (the default): the names the driver always used", func(v string) error {
+		if err := config.ValidInstanceID(v); err != nil {
+			return err
+		}
+		f.ctrl.InstanceID = v
+		return nil
+	})
 	fs.StringVar(&f.metricsAddr, "metrics-address", "", "host:port to serve Prometheus metrics on, at /metrics (e.g. :9809); empty turns metrics off")
 	f.node = addNodeFlags(fs)
 	f.registry = addRegistryFlags(fs)
@@ -84,6 +91,7 @@ func parseFlags(args []string) (flags, error) {
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
+	f.registry.instance = f.ctrl.InstanceID
 	if fs.NArg() > 0 {
 		return f, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}

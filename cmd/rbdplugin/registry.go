@@ -16,6 +16,7 @@ type registryFlags struct {
 	location      string
 	ttl           time.Duration
 	nodeSecretDir string
+	instance      string // --instance-id
 }
 
 func addRegistryFlags(fs *flag.FlagSet) *registryFlags {
@@ -51,7 +52,7 @@ func (r *registryFlags) controllerRegistry(clusters *config.ClusterMap, store no
 	if err != nil {
 		return nil, err
 	}
-	return nodereg.New(store, p, r.ttl), nil
+	return nodereg.New(store, p, r.instance, r.ttl), nil
 }
 
 // startHeartbeat keeps this node registered until ctx ends; the returned
@@ -71,7 +72,7 @@ func (r *registryFlags) startHeartbeat(ctx context.Context, clusters *config.Clu
 	if err != nil {
 		return nil, err
 	}
-	reg := nodereg.New(store, p, r.ttl)
+	reg := nodereg.New(store, p, r.instance, r.ttl)
 	// The first beat is synchronous, so the node is known as soon as it serves.
 	bctx, cancel := context.WithTimeout(ctx, r.ttl/5)
 	err = reg.Beat(bctx, n)

@@ -19,12 +19,12 @@ import (
 // their own, which only a scan of every object in the pool could find; the
 // index lets the sweeper find the claim of a CreateSnapshot that crashed
 // and was never retried.
-const claimIndex = "rbdcsi.snapclaims"
+const claimIndex = "rbdcsi.snapclaims" // one per instance: naming.object
 
 // indexClaim records a claim about to be made.
 func (c *Controller) indexClaim(ctx context.Context, pool rbd.Pool, snap, imageID, name string) error {
 	v := strconv.FormatInt(time.Now().Unix(), 10) + " " + imageID + " " + name
-	if err := c.backend.SetOmap(ctx, pool, claimIndex, map[string]string{snap: v}); err != nil {
+	if err := c.backend.SetOmap(ctx, pool, c.names.object(claimIndex), map[string]string{snap: v}); err != nil {
 		return cephStatus(fmt.Errorf("indexing the claim of snapshot %s: %w", name, err))
 	}
 	return nil
@@ -34,7 +34,7 @@ func (c *Controller) indexClaim(ctx context.Context, pool rbd.Pool, snap, imageI
 // snapshot exists, the name is another source's, the claim is withdrawn).
 // A failure only leaves work for the sweeper.
 func (c *Controller) settleClaim(ctx context.Context, pool rbd.Pool, snap string) {
-	if err := c.backend.RemoveOmapKeys(ctx, pool, claimIndex, snap); err != nil {
+	if err := c.backend.RemoveOmapKeys(ctx, pool, c.names.object(claimIndex), snap); err != nil {
 		klog.ErrorS(err, "removing a snapshot claim from the index; the sweep does it later", "pool", pool.Name, "snap", snap)
 	}
 }
@@ -42,7 +42,7 @@ func (c *Controller) settleClaim(ctx context.Context, pool rbd.Pool, snap string
 // sweepClaims withdraws the claims of CreateSnapshot calls that did not
 // settle within an interval and whose snapshot does not exist.
 func (s *sweeper) sweepClaims(ctx context.Context, pool rbd.Pool) error {
-	entries, err := s.c.backend.ListOmap(ctx, pool, claimIndex, "")
+	entries, err := s.c.backend.ListOmap(ctx, pool, s.c.names.object(claimIndex), "")
 	if err != nil {
 		return err
 	}

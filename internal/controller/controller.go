@@ -90,6 +90,9 @@ type Options struct {
 	// driver's (listed, swept when unfinished, deleted), so the list must
 	// name only prefixes no one else uses in the pools.
 	VolumeNamePrefixes []string
+	// InstanceID scopes what the controller makes and finds in a pool to
+	// its own Kubernetes cluster (config.ValidInstanceID; "" the default).
+	InstanceID string
 	// Fault, for crash tests only, is called at named points between the
 	// Ceph steps of an operation ("CreateSnapshot:claimed").
 	Fault func(point string)
@@ -143,9 +146,7 @@ type Controller struct {
 	nodes     Nodes
 	flattener *flattener
 	sweeper   *sweeper
-	// namePrefixes name the driver's volume images: volumePrefix and
-	// Options.VolumeNamePrefixes.
-	namePrefixes []string
+	names     naming
 }
 
 // New returns a Controller.
@@ -166,7 +167,7 @@ func New(o Options) *Controller {
 		o.Upkeep = nopUpkeep{}
 	}
 	c := &Controller{backend: o.Backend, clusters: o.Clusters, cred: o.Credentials, locks: lock.New(), opts: o, nodes: o.Nodes,
-		namePrefixes: append([]string{volumePrefix}, o.VolumeNamePrefixes...)}
+		names: newNaming(o.InstanceID, o.VolumeNamePrefixes)}
 	c.flattener = newFlattener(c)
 	c.sweeper = newSweeper(c, o.SweepInterval)
 	c.sweeper.startPeriodic()

@@ -141,7 +141,7 @@ func (c *Controller) volumeIDs(ctx context.Context) ([]volid.Volume, error) {
 				return nil, cephStatus(err)
 			}
 			for _, n := range names {
-				if c.isVolumeImage(n) {
+				if c.names.isVolumeImage(n) {
 					ids = append(ids, volid.Volume{ClusterID: cluster.ClusterID, Pool: pool.Name, Image: n})
 				}
 			}

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -109,10 +108,10 @@ func (c *Controller) finishRemoval(ctx context.Context, pool rbd.Pool, vol volid
 // for the user (and its name free for a new volume), while its snapshots
 // and clones keep their data.
 func (c *Controller) hide(ctx context.Context, pool rbd.Pool, vol volid.Volume, fam rbd.Family) error {
-	if err := c.backend.Rename(ctx, pool, vol.Image, hiddenPrefix+fam.ID); err != nil && !errors.Is(err, rbd.ErrNotFound) {
+	if err := c.backend.Rename(ctx, pool, vol.Image, c.names.hidden(fam.ID)); err != nil && !errors.Is(err, rbd.ErrNotFound) {
 		return cephStatus(err)
 	}
-	klog.V(2).InfoS("deleted volume; its data stays for its snapshots", "volumeID", vol.String(), "image", hiddenPrefix+fam.ID)
+	klog.V(2).InfoS("deleted volume; its data stays for its snapshots", "volumeID", vol.String(), "image", c.names.hidden(fam.ID))
 	return nil
 }
 
@@ -127,7 +126,7 @@ func (c *Controller) reclaim(ctx context.Context, pool rbd.Pool, imageID string)
 		if err != nil {
 			return cephStatus(err)
 		}
-		if !strings.HasPrefix(fam.Name, hiddenPrefix) || len(fam.Snaps) > 0 || fam.TrashedSnaps > 0 || fam.Watchers > 0 {
+		if _, hidden := c.names.hiddenID(fam.Name); !hidden || len(fam.Snaps) > 0 || fam.TrashedSnaps > 0 || fam.Watchers > 0 {
 			return nil
 		}
 		err = c.removeImage(ctx, pool, fam)

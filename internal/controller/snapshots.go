@@ -59,7 +59,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if err != nil {
 		return nil, err
 	}
-	snap := volid.Snapshot{ClusterID: vol.ClusterID, Pool: vol.Pool, ImageID: fam.ID, Snap: snapName(name)}
+	snap := volid.Snapshot{ClusterID: vol.ClusterID, Pool: vol.Pool, ImageID: fam.ID, Snap: c.names.snap(name)}
 	if err := snap.Validate(); err != nil {
 		return nil, status.Errorf(codes.Internal, "snapshot ID: %v", err)
 	}
@@ -232,7 +232,7 @@ func (c *Controller) snapshotByID(ctx context.Context, id string, secrets map[st
 	if err != nil {
 		return nil, cephStatus(err)
 	}
-	return snapshotEntries(snap.ClusterID, snap.Pool, fam, snap.Snap), nil
+	return c.snapshotEntries(snap.ClusterID, snap.Pool, fam, snap.Snap), nil
 }
 
 func (c *Controller) snapshotsOfVolume(ctx context.Context, id string, secrets map[string]string) ([]*csi.ListSnapshotsResponse_Entry, error) {
@@ -251,7 +251,7 @@ func (c *Controller) snapshotsOfVolume(ctx context.Context, id string, secrets m
 	if err != nil {
 		return nil, err
 	}
-	return snapshotEntries(vol.ClusterID, vol.Pool, fam, ""), nil
+	return c.snapshotEntries(vol.ClusterID, vol.Pool, fam, ""), nil
 }
 
 // allSnapshots walks every volume image, live or kept for its snapshots,
@@ -281,7 +281,7 @@ func (c *Controller) allSnapshots(ctx context.Context, secrets map[string]string
 				return nil, cephStatus(err)
 			}
 			for _, n := range names {
-				if !c.isVolumeImage(n) && !strings.HasPrefix(n, hiddenPrefix) {
+				if _, hidden := c.names.hiddenID(n); !hidden && !c.names.isVolumeImage(n) {
 					continue
 				}
 				fam, err := c.backend.StatFamily(ctx, pool, n, "")
@@ -291,7 +291,7 @@ func (c *Controller) allSnapshots(ctx context.Context, secrets map[string]string
 				if err != nil {
 					return nil, cephStatus(err)
 				}
-				out = append(out, snapshotEntries(cluster.ClusterID, poolName, fam, "")...)
+				out = append(out, c.snapshotEntries(cluster.ClusterID, poolName, fam, "")...)
 			}
 		}
 	}
@@ -300,12 +300,12 @@ func (c *Controller) allSnapshots(ctx context.Context, secrets map[string]string
 
 // snapshotEntries lists the CSI snapshots of an image (only the one named
 // only, if set).
-func snapshotEntries(clusterID, pool string, fam rbd.Family, only string) []*csi.ListSnapshotsResponse_Entry {
+func (c *Controller) snapshotEntries(clusterID, pool string, fam rbd.Family, only string) []*csi.ListSnapshotsResponse_Entry {
 	owner := fam.Metadata[metaName]
 	if owner == "" {
 		return nil
 	}
-	srcID := volid.Volume{ClusterID: clusterID, Pool: pool, Image: imageName(namePrefixOf(fam.Metadata), owner)}.String()
+	srcID := volid.Volume{ClusterID: clusterID, Pool: pool, Image: c.names.image(namePrefixOf(fam.Metadata), owner)}.String()
 	var out []*csi.ListSnapshotsResponse_Entry
 	for _, s := range fam.Snaps {
 		if !strings.HasPrefix(s.Name, snapPrefix) || (only != "" && s.Name != only) {
@@ -340,7 +340,7 @@ func findSnap(snaps []rbd.SnapInfo, name string) (rbd.SnapInfo, bool) {
 // named like ours must be finished, a static volume's need only exist.
 func (c *Controller) family(ctx context.Context, pool rbd.Pool, vol volid.Volume) (rbd.Family, error) {
 	fam, err := c.backend.StatFamily(ctx, pool, vol.Image, "")
-	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && c.isVolumeImage(vol.Image) && !finished(fam.Metadata, vol.Image)) {
+	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && c.names.isVolumeImage(vol.Image) && !c.names.finished(fam.Metadata, vol.Image)) {
 		return rbd.Family{}, status.Errorf(codes.NotFound, "volume %s does not exist", vol)
 	}
 	if err != nil {

@@ -39,7 +39,7 @@ func (c *Controller) createFromSource(ctx context.Context, pool rbd.Pool, image,
 	// A finished volume from an earlier attempt answers the retry.
 	fam, err := c.backend.StatFamily(ctx, pool, image, "")
 	switch {
-	case err == nil && finished(fam.Metadata, image):
+	case err == nil && c.names.finished(fam.Metadata, image):
 		return c.adoptClone(ctx, pool, image, name, srcID, fam, r)
 	case err == nil:
 		if err := c.removeUnfinished(ctx, pool, image, name); err != nil {
@@ -93,7 +93,7 @@ func (c *Controller) adoptClone(ctx context.Context, pool rbd.Pool, image, name,
 	}
 	if vol, err := volid.DecodeVolume(srcID); err == nil {
 		// The temporary snapshot of a volume clone may outlive a crash.
-		c.dropTmpSnap(ctx, parentPool(pool, &rbd.Parent{Pool: vol.Pool}), vol.Image, tmpSnapPrefix+hash(name, 8))
+		c.dropTmpSnap(ctx, parentPool(pool, &rbd.Parent{Pool: vol.Pool}), vol.Image, c.names.tmpSnap(name))
 	}
 	depth, _ := strconv.Atoi(fam.Metadata[metaDepth])
 	if fam.Parent != nil && depth > c.opts.CloneDepthSoft {
@@ -169,12 +169,12 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, clusterID
 	if err := cloneable(fam, "volume "+v.GetVolumeId()); err != nil {
 		return source{}, err
 	}
-	tmp := tmpSnapPrefix + hash(name, 8)
+	tmp := c.names.tmpSnap(name)
 	if _, ok := findSnap(fam.Snaps, tmp); !ok {
 		if len(fam.Snaps) >= c.opts.MaxSnapshotsPerImage {
 			return source{}, status.Errorf(codes.ResourceExhausted, "volume %s has %d snapshots, the most this driver allows; a clone needs one more", v.GetVolumeId(), len(fam.Snaps))
 		}
-		if !c.isVolumeImage(vol.Image) {
+		if !c.names.isVolumeImage(vol.Image) {
 			if err := c.indexStaticTmp(ctx, ppool, vol.Image); err != nil {
 				return source{}, err
 			}
@@ -211,7 +211,7 @@ func (c *Controller) dropTmpSnap(ctx context.Context, pool rbd.Pool, image, snap
 			return
 		}
 	}
-	if !c.isVolumeImage(image) {
+	if !c.names.isVolumeImage(image) {
 		c.unindexStaticTmp(ctx, pool, image)
 	}
 }

@@ -39,7 +39,7 @@ func (c *Controller) checkVolumeContext(id string, volCtx map[string]string) (vo
 		if decodeErr != nil {
 			return volid.Volume{}, status.Errorf(codes.NotFound, "volume %.130q does not exist", id)
 		}
-		if !c.isVolumeImage(vol.Image) {
+		if !c.names.isVolumeImage(vol.Image) {
 			return volid.Volume{}, status.Errorf(codes.NotFound, "volume %s does not exist: image %s was not created by this driver; to use an existing image, set volumeAttributes %s: \"true\" in its PersistentVolume", id, vol.Image, config.ParamStaticVolume)
 		}
 		return vol, nil
@@ -66,11 +66,11 @@ func (c *Controller) checkVolumeContext(id string, volCtx map[string]string) (vo
 // time of the latest. The sweeper reads only the driver's own images, so
 // without it a clone abandoned after a crash would leave its temporary
 // snapshot on a static image for good.
-const staticTmpIndex = "rbdcsi.statictmp"
+const staticTmpIndex = "rbdcsi.statictmp" // one per instance: naming.object
 
 // indexStaticTmp records that a clone is about to snapshot a static image.
 func (c *Controller) indexStaticTmp(ctx context.Context, pool rbd.Pool, image string) error {
-	if err := c.backend.SetOmap(ctx, pool, staticTmpIndex, map[string]string{image: strconv.FormatInt(time.Now().Unix(), 10)}); err != nil {
+	if err := c.backend.SetOmap(ctx, pool, c.names.object(staticTmpIndex), map[string]string{image: strconv.FormatInt(time.Now().Unix(), 10)}); err != nil {
 		return cephStatus(fmt.Errorf("indexing the temporary snapshot of static image %s: %w", image, err))
 	}
 	return nil
@@ -95,7 +95,7 @@ func (c *Controller) unindexStaticTmp(ctx context.Context, pool rbd.Pool, image 
 			return
 		}
 	}
-	if err := c.backend.RemoveOmapKeys(ctx, pool, staticTmpIndex, image); err != nil {
+	if err := c.backend.RemoveOmapKeys(ctx, pool, c.names.object(staticTmpIndex), image); err != nil {
 		klog.ErrorS(err, "unindexing a static image's temporary snapshot; the sweep does it later", "pool", pool.Name, "image", image)
 	}
 }
@@ -103,7 +103,7 @@ func (c *Controller) unindexStaticTmp(ctx context.Context, pool rbd.Pool, image 
 // sweepStaticTmp drops the settled temporary snapshots of the indexed
 // static images, and the entries of images left with none.
 func (s *sweeper) sweepStaticTmp(ctx context.Context, pool rbd.Pool) error {
-	entries, err := s.c.backend.ListOmap(ctx, pool, staticTmpIndex, "")
+	entries, err := s.c.backend.ListOmap(ctx, pool, s.c.names.object(staticTmpIndex), "")
 	if err != nil {
 		return err
 	}
@@ -139,5 +139,5 @@ func (s *sweeper) sweepStaticImage(ctx context.Context, pool rbd.Pool, image str
 	} else if !errors.Is(err, rbd.ErrNotFound) {
 		return err
 	}
-	return s.c.backend.RemoveOmapKeys(ctx, pool, staticTmpIndex, image)
+	return s.c.backend.RemoveOmapKeys(ctx, pool, s.c.names.object(staticTmpIndex), image)
 }

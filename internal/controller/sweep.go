@@ -161,9 +161,9 @@ func (s *sweeper) sweep(ctx context.Context, pool rbd.Pool) error {
 			return ctx.Err()
 		}
 		var err error
-		if id, ok := strings.CutPrefix(name, hiddenPrefix); ok {
+		if id, ok := s.c.names.hiddenID(name); ok {
 			err = s.sweepHidden(ctx, pool, name, id)
-		} else if s.c.isVolumeImage(name) {
+		} else if s.c.names.isVolumeImage(name) {
 			err = s.sweepVolume(ctx, pool, name)
 		}
 		if err != nil {
@@ -227,7 +227,7 @@ func (s *sweeper) sweepVolume(ctx context.Context, pool rbd.Pool, name string) e
 	if err != nil {
 		return err
 	}
-	if !finished(fam.Metadata, name) {
+	if !s.c.names.finished(fam.Metadata, name) {
 		if s.settled(fam.Created) && fam.Watchers == 0 && len(fam.Snaps) == 0 {
 			klog.InfoS("removing an unfinished volume image that no retry came back for", "pool", pool.Name, "image", name, "created", fam.Created)
 			if err := s.c.removeImage(ctx, pool, fam); err != nil {

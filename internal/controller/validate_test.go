@@ -79,31 +79,3 @@ func TestCheckCapabilities(t *testing.T) {
 		}
 	}
 }
-
-func TestImageName(t *testing.T) {
-	c := &Controller{namePrefixes: []string{volumePrefix, "k8s-prod-"}}
-	a, b := imageName(volumePrefix, "pvc-1"), imageName(volumePrefix, "pvc-2")
-	if a == b || a != imageName(volumePrefix, "pvc-1") || !c.isVolumeImage(a) {
-		t.Fatalf("imageName: %q %q", a, b)
-	}
-	prod := imageName("k8s-prod-", "pvc-1")
-	if prod != "k8s-prod-"+a[len(volumePrefix):] || !c.isVolumeImage(prod) {
-		t.Fatalf("imageName with a prefix: %q", prod)
-	}
-	for _, other := range []string{
-		"csi-vol-x", "foo", "csi-del-" + a[len("csi-vol-"):],
-		"csi-vol-0123456789ABCDEF0123",                 // not ours: upper case
-		"csi-vol-0123456789abcdefg123",                 // not hex
-		"csi-vol-4b8d7a1e-5f0c-11ee-8c99-0242ac120002", // another driver's UUID name
-		"k8s-dev-" + a[len(volumePrefix):],             // a prefix the controller was not given
-	} {
-		if c.isVolumeImage(other) {
-			t.Errorf("%q taken for a volume image", other)
-		}
-	}
-	// The finished mark holds for the prefix the metadata records.
-	meta := map[string]string{metaName: "pvc-1", metaNamePrefix: "k8s-prod-"}
-	if !finished(meta, prod) || finished(meta, a) || !finished(map[string]string{metaName: "pvc-1"}, a) {
-		t.Error("finished does not follow the recorded name prefix")
-	}
-}

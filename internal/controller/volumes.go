@@ -61,7 +61,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, err
 	}
-	vol := volid.Volume{ClusterID: params.ClusterID, Pool: params.Pool, Image: imageName(prefix, name)}
+	vol := volid.Volume{ClusterID: params.ClusterID, Pool: params.Pool, Image: c.names.image(prefix, name)}
 	release, ok := c.locks.TryLock("name/"+name, imageKey(pool, vol.Image))
 	if !ok {
 		return nil, pending("volume " + name)
@@ -119,11 +119,11 @@ func (c *Controller) createImage(ctx context.Context, pool rbd.Pool, image, name
 			return 0, cephStatus(err)
 		}
 		switch owner := info.Metadata[metaName]; {
-		case finished(info.Metadata, image) && owner != name:
+		case c.names.finished(info.Metadata, image) && owner != name:
 			return 0, status.Errorf(codes.AlreadyExists, "image %s/%s already belongs to volume %q", pool.Name, image, owner)
-		case finished(info.Metadata, image) && info.Metadata[metaSource] != "":
+		case c.names.finished(info.Metadata, image) && info.Metadata[metaSource] != "":
 			return 0, status.Errorf(codes.AlreadyExists, "volume %s already exists with a content source", name)
-		case finished(info.Metadata, image):
+		case c.names.finished(info.Metadata, image):
 			if !fits(int64(info.Size), r) {
 				return 0, status.Errorf(codes.AlreadyExists, "volume %s already exists with size %d bytes, which does not fit the requested range", name, info.Size)
 			}
@@ -146,7 +146,7 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
 	}
 	vol, err := volid.DecodeVolume(id)
-	if err != nil || !c.isVolumeImage(vol.Image) {
+	if err != nil || !c.names.isVolumeImage(vol.Image) {
 		klog.V(2).InfoS("deleting a volume ID that is not ours: nothing to do", "volumeID", id)
 		return &csi.DeleteVolumeResponse{}, nil
 	}
@@ -239,7 +239,7 @@ func (c *Controller) lockVolume(id string, secrets map[string]string, ownCredsOK
 // finished, a static volume's need only exist.
 func (c *Controller) stat(ctx context.Context, pool rbd.Pool, vol volid.Volume) (rbd.ImageInfo, error) {
 	info, err := c.backend.Stat(ctx, pool, vol.Image)
-	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && c.isVolumeImage(vol.Image) && !finished(info.Metadata, vol.Image)) {
+	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && c.names.isVolumeImage(vol.Image) && !c.names.finished(info.Metadata, vol.Image)) {
 		return rbd.ImageInfo{}, status.Errorf(codes.NotFound, "volume %s does not exist", vol)
 	}
 	if err != nil {

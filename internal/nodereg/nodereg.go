@@ -18,12 +18,16 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
 // Object is the RADOS object holding the heartbeats and the attachment
-// index.
+// index, of the default instance; instance X keeps "rbdcsi.nodes.X"
+// (config.InstanceObject), so the nodes of Kubernetes clusters sharing a
+// pool stay apart. A Ceph user with object_prefix rbdcsi.nodes may write
+// either.
 const Object = "rbdcsi.nodes"
 
 // attachPrefix starts the index keys "attach/<node>/<volumeID>". Node IDs
@@ -47,15 +51,17 @@ type Node struct {
 
 // Registry reads and writes node heartbeats in one pool.
 type Registry struct {
-	store Store
-	pool  rbd.Pool
-	ttl   time.Duration
-	now   func() time.Time
+	store  Store
+	pool   rbd.Pool
+	object string
+	ttl    time.Duration
+	now    func() time.Time
 }
 
-// New returns a registry in pool; heartbeats older than ttl do not count.
-func New(store Store, pool rbd.Pool, ttl time.Duration) *Registry {
-	return &Registry{store: store, pool: pool, ttl: ttl, now: time.Now}
+// New returns the registry of an instance ("": the default) in pool;
+// heartbeats older than ttl do not count.
+func New(store Store, pool rbd.Pool, instance string, ttl time.Duration) *Registry {
+	return &Registry{store: store, pool: pool, object: config.InstanceObject(Object, instance), ttl: ttl, now: time.Now}
 }
 
 // ParseLocation splits "clusterID/pool".
@@ -93,7 +99,7 @@ func (r *Registry) Beat(ctx context.Context, n Node) error {
 	if n.MaxVolumes > 0 {
 		v += " " + strconv.FormatInt(n.MaxVolumes, 10)
 	}
-	return r.store.SetOmap(ctx, r.pool, Object, map[string]string{n.ID: v})
+	return r.store.SetOmap(ctx, r.pool, r.object, map[string]string{n.ID: v})
 }
 
 // Run beats every interval until ctx ends, then removes the node's entry:
@@ -113,7 +119,7 @@ func (r *Registry) Run(ctx context.Context, n Node, every time.Duration) {
 		case <-ctx.Done():
 			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if err := r.store.RemoveOmapKeys(dctx, r.pool, Object, n.ID); err != nil {
+			if err := r.store.RemoveOmapKeys(dctx, r.pool, r.object, n.ID); err != nil {
 				klog.ErrorS(err, "removing node heartbeat", "node", n.ID)
 			}
 			return
@@ -127,7 +133,7 @@ func (r *Registry) Lookup(ctx context.Context, nodeID string) (Node, bool, error
 	if !ValidNodeID(nodeID) {
 		return Node{}, false, nil
 	}
-	v, ok, err := r.store.GetOmap(ctx, r.pool, Object, nodeID)
+	v, ok, err := r.store.GetOmap(ctx, r.pool, r.object, nodeID)
 	if err != nil || !ok {
 		return Node{}, false, err
 	}
@@ -150,7 +156,7 @@ func attachKey(nodeID, volumeID string) string { return attachPrefix + nodeID + 
 // Attachments lists the volume IDs indexed as attached to the node.
 func (r *Registry) Attachments(ctx context.Context, nodeID string) ([]string, error) {
 	prefix := attachKey(nodeID, "")
-	kv, err := r.store.ListOmap(ctx, r.pool, Object, prefix)
+	kv, err := r.store.ListOmap(ctx, r.pool, r.object, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -164,10 +170,10 @@ func (r *Registry) Attachments(ctx context.Context, nodeID string) ([]string, er
 
 // AddAttachment indexes a volume as attached to the node.
 func (r *Registry) AddAttachment(ctx context.Context, nodeID, volumeID string) error {
-	return r.store.SetOmap(ctx, r.pool, Object, map[string]string{attachKey(nodeID, volumeID): ""})
+	return r.store.SetOmap(ctx, r.pool, r.object, map[string]string{attachKey(nodeID, volumeID): ""})
 }
 
 // RemoveAttachment drops a volume from the node's index; absent is fine.
 func (r *Registry) RemoveAttachment(ctx context.Context, nodeID, volumeID string) error {
-	return r.store.RemoveOmapKeys(ctx, r.pool, Object, attachKey(nodeID, volumeID))
+	return r.store.RemoveOmapKeys(ctx, r.pool, r.object, attachKey(nodeID, volumeID))
 }

@@ -11,41 +11,68 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
-// memStore is an in-memory omap for the registry's pure logic.
+// memStore is an in-memory omap for the registry's pure logic, keyed by
+// object + "/" + key.
 type memStore map[string]string
 
-func (m memStore) SetOmap(_ context.Context, _ rbd.Pool, _ string, kv map[string]string) error {
+func (m memStore) SetOmap(_ context.Context, _ rbd.Pool, obj string, kv map[string]string) error {
 	for k, v := range kv {
-		m[k] = v
+		m[obj+"/"+k] = v
 	}
 	return nil
 }
 
-func (m memStore) GetOmap(_ context.Context, _ rbd.Pool, _ string, key string) (string, bool, error) {
-	v, ok := m[key]
+func (m memStore) GetOmap(_ context.Context, _ rbd.Pool, obj, key string) (string, bool, error) {
+	v, ok := m[obj+"/"+key]
 	return v, ok, nil
 }
 
-func (m memStore) RemoveOmapKeys(_ context.Context, _ rbd.Pool, _ string, keys ...string) error {
+func (m memStore) RemoveOmapKeys(_ context.Context, _ rbd.Pool, obj string, keys ...string) error {
 	for _, k := range keys {
-		delete(m, k)
+		delete(m, obj+"/"+k)
 	}
 	return nil
 }
 
-func (m memStore) ListOmap(_ context.Context, _ rbd.Pool, _ string, prefix string) (map[string]string, error) {
+func (m memStore) ListOmap(_ context.Context, _ rbd.Pool, obj, prefix string) (map[string]string, error) {
 	out := map[string]string{}
 	for k, v := range m {
-		if strings.HasPrefix(k, prefix) {
-			out[k] = v
+		if rest, ok := strings.CutPrefix(k, obj+"/"+prefix); ok {
+			out[prefix+rest] = v
 		}
 	}
 	return out, nil
 }
 
+// Two Kubernetes clusters sharing the pool (instances) never see each
+// other's nodes or attachments.
+func TestInstancesKeepApart(t *testing.T) {
+	store := memStore{}
+	ctx := context.Background()
+	def, b := New(store, rbd.Pool{}, "", time.Minute), New(store, rbd.Pool{}, "b", time.Minute)
+	if err := b.Beat(ctx, Node{ID: "node-b"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddAttachment(ctx, "node-b", "v1:c:p:i"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := def.Lookup(ctx, "node-b"); ok {
+		t.Error("the default instance sees instance b's node")
+	}
+	if ids, _ := def.Attachments(ctx, "node-b"); len(ids) != 0 {
+		t.Errorf("the default instance sees instance b's attachments %v", ids)
+	}
+	if _, ok, _ := b.Lookup(ctx, "node-b"); !ok {
+		t.Error("instance b does not see its node")
+	}
+	if _, ok := store["rbdcsi.nodes.b/node-b"]; !ok {
+		t.Errorf("instance b's heartbeat is not in rbdcsi.nodes.b: %v", store)
+	}
+}
+
 func TestLookupHonoursTTL(t *testing.T) {
 	store := memStore{}
-	r := New(store, rbd.Pool{}, time.Minute)
+	r := New(store, rbd.Pool{}, "", time.Minute)
 	now := time.Unix(1_000_000, 0)
 	r.now = func() time.Time { return now }
 	ctx := context.Background()
@@ -70,7 +97,7 @@ func TestLookupHonoursTTL(t *testing.T) {
 			t.Errorf("Lookup(%q) after %v = %v, %v; want %v", tc.node, tc.after, got, err, tc.want)
 		}
 	}
-	store["node-c"] = "garbage"
+	store[Object+"/node-c"] = "garbage"
 	if _, ok, _ := r.Lookup(ctx, "node-c"); ok {
 		t.Error("an unparsable heartbeat counts")
 	}
@@ -78,7 +105,7 @@ func TestLookupHonoursTTL(t *testing.T) {
 
 func TestRunDeregistersOnStop(t *testing.T) {
 	store := memStore{}
-	r := New(store, rbd.Pool{}, time.Minute)
+	r := New(store, rbd.Pool{}, "", time.Minute)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.Run(ctx, Node{ID: "node-a"}, 10*time.Millisecond); close(done) }()
@@ -94,7 +121,7 @@ func TestRunDeregistersOnStop(t *testing.T) {
 	}
 	cancel()
 	<-done
-	if _, ok := store["node-a"]; ok {
+	if _, ok := store[Object+"/node-a"]; ok {
 		t.Fatal("the node stays registered after a clean stop")
 	}
 }
@@ -112,7 +139,7 @@ func TestParseLocation(t *testing.T) {
 
 func TestHeartbeatCarriesTheVolumeLimit(t *testing.T) {
 	store := memStore{}
-	r := New(store, rbd.Pool{}, time.Minute)
+	r := New(store, rbd.Pool{}, "", time.Minute)
 	ctx := context.Background()
 	for _, want := range []Node{{ID: "limited", MaxVolumes: 16}, {ID: "unlimited"}} {
 		if err := r.Beat(ctx, want); err != nil {
@@ -123,7 +150,7 @@ func TestHeartbeatCarriesTheVolumeLimit(t *testing.T) {
 			t.Errorf("Lookup(%s) = %+v, %v, %v; want %+v", want.ID, got, ok, err, want)
 		}
 	}
-	store["broken"] = strconv.FormatInt(time.Now().Unix(), 10) + " many"
+	store[Object+"/broken"] = strconv.FormatInt(time.Now().Unix(), 10) + " many"
 	if _, _, err := r.Lookup(ctx, "broken"); err == nil {
 		t.Error("a malformed limit is not reported")
 	}
@@ -131,7 +158,7 @@ func TestHeartbeatCarriesTheVolumeLimit(t *testing.T) {
 
 func TestAttachmentIndexIsPerNode(t *testing.T) {
 	store := memStore{}
-	r := New(store, rbd.Pool{}, time.Minute)
+	r := New(store, rbd.Pool{}, "", time.Minute)
 	ctx := context.Background()
 	for _, a := range [][2]string{{"n1", "v1:c:p:a"}, {"n1", "v1:c:p:b"}, {"n10", "v1:c:p:c"}, {"n1", "v1:c:p:a"}} {
 		if err := r.AddAttachment(ctx, a[0], a[1]); err != nil {
