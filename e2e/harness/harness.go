@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -426,81 +425,4 @@ func FilesContaining(dir, secret string) []string {
 		return nil
 	})
 	return out
-}
-
-// PauseMonitor makes the monitor unreachable until the returned function
-// resumes it; the test's cleanup resumes it in any case. On the machine
-// that runs the cluster the monitor is stopped (SIGSTOP). In the
-// kernel-test guest the monitor runs on the host, so the guest's link
-// ($RBDCSI_E2E_LINK) goes down instead, as a node sees a network outage.
-func PauseMonitor(t testing.TB, c Cluster) (resume func()) {
-	t.Helper()
-	if link := os.Getenv("RBDCSI_E2E_LINK"); link != "" {
-		return cutLink(t, link)
-	}
-	pid := monitorPID(t, c)
-	Must(t, syscall.Kill(pid, syscall.SIGSTOP), "SIGSTOP mon")
-	// The signal is delivered asynchronously: wait until the mon is stopped.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-		Must(t, err, "mon status")
-		if strings.Contains(string(st), "State:\tT") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mon %d did not stop", pid)
-		}
-	}
-	resumed := false
-	resume = func() {
-		if !resumed {
-			resumed = true
-			Must(t, syscall.Kill(pid, syscall.SIGCONT), "SIGCONT mon")
-		}
-	}
-	t.Cleanup(resume)
-	return resume
-}
-
-// monitorPID finds the cluster's monitor by its command line, which names
-// the cluster's configuration file. The PID that scripts/ceph-cluster.sh
-// recorded holds only in its own PID namespace: the Ceph matrix runs a
-// cluster in a chroot with a PID namespace of its own and the tests outside.
-func monitorPID(t testing.TB, c Cluster) int {
-	t.Helper()
-	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
-	Must(t, err, "listing processes")
-	for _, f := range procs {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue // gone meanwhile
-		}
-		argv := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if filepath.Base(argv[0]) == "ceph-mon" && slices.Contains(argv, c.Conf) {
-			pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f)))
-			Must(t, err, "pid of %s", f)
-			return pid
-		}
-	}
-	t.Fatalf("no ceph-mon with -c %s runs", c.Conf)
-	return 0
-}
-
-// cutLink takes the network interface down until resume.
-func cutLink(t testing.TB, link string) (resume func()) {
-	t.Helper()
-	setLink := func(state string) {
-		out, err := exec.Command("ip", "link", "set", link, state).CombinedOutput()
-		Must(t, err, "ip link set %s %s: %s", link, state, out)
-	}
-	setLink("down")
-	resumed := false
-	resume = func() {
-		if !resumed {
-			resumed = true
-			setLink("up")
-		}
-	}
-	t.Cleanup(resume)
-	return resume
 }

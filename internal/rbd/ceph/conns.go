@@ -44,6 +44,7 @@ type Conns struct {
 	mu      sync.Mutex
 	entries map[string]*connEntry
 	closed  bool
+	drained chan struct{} // closed when Close has shut every connection down
 	stop    chan struct{}
 	done    chan struct{}
 }
@@ -63,15 +64,41 @@ func NewConns(opts Options) *Conns {
 	return c
 }
 
-// Close shuts down every cached connection.
+// Close shuts down every cached connection. One that a call still uses
+// (a call its request gave up on, or a background task cut off by the
+// shutdown) goes when that call returns: librados aborts the whole process
+// when a connection is shut down under a running op. Close waits for that
+// up to the op timeout, which bounds every op; past it, what is left stays
+// up until the process ends.
 func (c *Conns) Close() {
 	close(c.stop)
 	<-c.done
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.closed = true
+	c.drained = make(chan struct{})
 	for k, e := range c.entries {
-		c.shutdown(k, e)
+		if e.refs == 0 {
+			c.shutdown(k, e)
+		}
+	}
+	c.closeIfDrained()
+	drained := c.drained
+	c.mu.Unlock()
+	select {
+	case <-drained:
+	case <-time.After(c.opts.OpTimeout + time.Second):
+		klog.InfoS("calls still running on Ceph connections at shutdown; leaving those connections to the process's end", "connections", c.Len())
+	}
+}
+
+// closeIfDrained must be called with c.mu held, after Close began.
+func (c *Conns) closeIfDrained() {
+	if len(c.entries) == 0 {
+		select {
+		case <-c.drained:
+		default:
+			close(c.drained)
+		}
 	}
 }
 
@@ -99,9 +126,13 @@ func (c *Conns) get(ctx context.Context, monHost string, cred config.Credentials
 
 	release := func() {
 		c.mu.Lock()
+		defer c.mu.Unlock()
 		e.refs--
 		e.lastUsed = time.Now()
-		c.mu.Unlock()
+		if c.closed && e.refs == 0 && c.entries[key] == e {
+			c.shutdown(key, e)
+			c.closeIfDrained()
+		}
 	}
 	select {
 	case <-e.ready:
@@ -135,6 +166,9 @@ func (c *Conns) connect(key string, e *connEntry, monHost string, cred config.Cr
 	e.conn, e.err, e.lastUsed = conn, err, time.Now()
 	if err != nil && c.entries[key] == e {
 		delete(c.entries, key)
+	}
+	if c.closed {
+		c.closeIfDrained()
 	}
 	close(e.ready)
 }

@@ -1,0 +1,111 @@
+package harness
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Outages on demand: daemons stopped, links down.
+
+// PauseMonitor makes the monitor unreachable until the returned function
+// resumes it; the test's cleanup resumes it in any case. On the machine
+// that runs the cluster the monitor is stopped (SIGSTOP). In the
+// kernel-test guest the monitor runs on the host, so the guest's link
+// ($RBDCSI_E2E_LINK) goes down instead, as a node sees a network outage.
+func PauseMonitor(t testing.TB, c Cluster) (resume func()) {
+	t.Helper()
+	if link := os.Getenv("RBDCSI_E2E_LINK"); link != "" {
+		return cutLink(t, link)
+	}
+	return pause(t, daemonPIDs(t, c, "ceph-mon"))
+}
+
+// PauseOSDs stops (SIGSTOP) every OSD of the cluster until the returned
+// function resumes them; the test's cleanup resumes them in any case. Ops
+// in flight then wait until they time out.
+func PauseOSDs(t testing.TB, c Cluster) (resume func()) {
+	t.Helper()
+	return pause(t, daemonPIDs(t, c, "ceph-osd"))
+}
+
+func pause(t testing.TB, pids []int) (resume func()) {
+	t.Helper()
+	resumed := false
+	resume = func() {
+		if !resumed {
+			resumed = true
+			for _, pid := range pids {
+				Must(t, syscall.Kill(pid, syscall.SIGCONT), "SIGCONT %d", pid)
+			}
+		}
+	}
+	t.Cleanup(resume)
+	for _, pid := range pids {
+		Must(t, syscall.Kill(pid, syscall.SIGSTOP), "SIGSTOP %d", pid)
+		// The signal is delivered asynchronously: wait until it is stopped.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+			Must(t, err, "status of %d", pid)
+			if strings.Contains(string(st), "State:\tT") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d did not stop", pid)
+			}
+		}
+	}
+	return resume
+}
+
+// daemonPIDs finds the cluster's daemons of one kind by their command
+// lines, which name the cluster's configuration file. The PID that scripts/ceph-cluster.sh
+// recorded holds only in its own PID namespace: the Ceph matrix runs a
+// cluster in a chroot with a PID namespace of its own and the tests outside.
+func daemonPIDs(t testing.TB, c Cluster, program string) []int {
+	t.Helper()
+	var pids []int
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	Must(t, err, "listing processes")
+	for _, f := range procs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		argv := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if filepath.Base(argv[0]) == program && slices.Contains(argv, c.Conf) {
+			pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f)))
+			Must(t, err, "pid of %s", f)
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) == 0 {
+		t.Fatalf("no %s with -c %s runs", program, c.Conf)
+	}
+	return pids
+}
+
+// cutLink takes the network interface down until resume.
+func cutLink(t testing.TB, link string) (resume func()) {
+	t.Helper()
+	setLink := func(state string) {
+		out, err := exec.Command("ip", "link", "set", link, state).CombinedOutput()
+		Must(t, err, "ip link set %s %s: %s", link, state, out)
+	}
+	setLink("down")
+	resumed := false
+	resume = func() {
+		if !resumed {
+			resumed = true
+			setLink("up")
+		}
+	}
+	t.Cleanup(resume)
+	return resume
+}
