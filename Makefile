@@ -17,7 +17,7 @@ GO_SOURCES := $(shell find cmd internal -name '*.go' 2>/dev/null) go.mod go.sum
 DEB_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-base ceph-common librbd-dev librados-dev rbd-fuse rbd-nbd \
 	e2fsprogs xfsprogs util-linux fuse3 kmod gcc libc6-dev pkg-config iproute2 procps uuid-runtime shellcheck ca-certificates
 
-.PHONY: all deps build test unit fuzz integration lint demo clean fresh
+.PHONY: all deps build test unit fuzz integration instances lint demo clean fresh
 all: build
 
 deps:
@@ -55,7 +55,12 @@ FUZZTIME ?= 5s
 fuzz:
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
-test: lint unit fuzz integration
+# Several Kubernetes clusters on one pool: the controller suite twice at
+# once, as two driver instances (scripts/instances.sh).
+instances: build
+	scripts/with-cluster.sh scripts/instances.sh
+
+test: lint unit fuzz integration instances
 
 demo: deps build
 	scripts/with-cluster.sh scripts/demo.sh

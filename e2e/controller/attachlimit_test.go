@@ -37,7 +37,7 @@ func TestAttachLimit(t *testing.T) {
 	// As if a publish of v[3] had died between indexing and recording.
 	e.unpublish(t, v[2], "node-small")
 	rados := exec.Command("rados", "-c", e.c.Conf, "--id", "admin", "-p", e.c.Pool,
-		"setomapval", "rbdcsi.nodes", "attach/node-small/"+v[3], "x")
+		"setomapval", e.c.Object("rbdcsi.nodes"), "attach/node-small/"+v[3], "x")
 	if out, err := rados.CombinedOutput(); err != nil {
 		t.Fatalf("rados setomapval: %v: %s", err, out)
 	}

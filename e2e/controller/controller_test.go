@@ -5,8 +5,6 @@ package controller
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -221,8 +219,7 @@ func TestConcurrentCallsOnOneVolume(t *testing.T) {
 // image without the request name; the retry must finish the job.
 func TestRetryCompletesHalfMadeImage(t *testing.T) {
 	e := setup(t)
-	sum := sha256.Sum256([]byte("half-made"))
-	image := "csi-vol-" + hex.EncodeToString(sum[:10])
+	image := e.c.VolumeImage("half-made")
 	if out, err := e.c.RBD("create", "--size", "3", e.c.Pool+"/"+image); err != nil {
 		t.Fatalf("rbd create: %v: %s", err, out)
 	}

@@ -14,6 +14,7 @@ import (
 // ResourceExhausted, not as an outage.
 func TestFullPoolIsResourceExhausted(t *testing.T) {
 	c := harness.LoadCluster(t)
+	c.NeedsWholeCluster(t) // a quota on the pool
 	p := harness.StartPlugin(t, c, "--mode", "controller", "--ceph-timeout", "3s")
 	e := env{c: c, p: p, cc: p.Controller()}
 	t.Cleanup(func() { c.ExpectNoImages(t) })

@@ -20,7 +20,7 @@ import (
 // nothing to try.
 func TestKeyTypes(t *testing.T) {
 	c := harness.LoadCluster(t)
-	const user = "client.rbdcsi-aes256k"
+	user := c.Name("client.rbdcsi-aes256k")
 	out, err := c.Ceph("auth", "get-or-create", user, "mon", "profile rbd", "osd", "profile rbd pool="+c.Pool, "--key_type", "aes256k")
 	if err != nil {
 		if strings.Contains(err.Error(), "key_type") || strings.Contains(err.Error(), "Invalid command") {

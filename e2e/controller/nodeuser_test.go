@@ -20,7 +20,7 @@ import (
 // attachable, and not for removing an image or forging an attachment.
 func TestNodeUserCanOnlyHeartbeat(t *testing.T) {
 	e := setupAttach(t)
-	const user = "rbdcsi-node-e2e"
+	user := e.c.Name("rbdcsi-node-e2e")
 	_, err := e.c.Ceph("auth", "get-or-create", "client."+user,
 		"mon", "allow r", "osd", "allow rwx pool="+e.c.Pool+" object_prefix rbdcsi.nodes")
 	harness.Must(t, err, "create the node user")

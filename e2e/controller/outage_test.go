@@ -17,6 +17,7 @@ import (
 // succeed and nothing is duplicated.
 func TestMonitorOutage(t *testing.T) {
 	c := harness.LoadCluster(t)
+	c.NeedsWholeCluster(t) // the monitor stops
 	warm := setup(t)
 	victim := warm.mustCreate(t, "outage-victim", 8*mib)
 

@@ -52,7 +52,7 @@ func importFilesystem(t *testing.T, c harness.Cluster, image string, files map[s
 // survives DeleteVolume.
 func TestStaticVolume(t *testing.T) {
 	e := setupAttach(t)
-	image := "csi-vol-3f2a1c4e-8d7b-4e6f-9a0b-1c2d3e4f5a6b"
+	image := e.c.Name("csi-vol-3f2a1c4e-8d7b-4e6f-9a0b-1c2d3e4f5a6b")
 	importFilesystem(t, e.c, image, map[string]string{"hello": "from another driver\n"})
 	handle := "v1:" + e.c.ClusterID + ":" + e.c.Pool + ":" + image
 	static := map[string]string{"staticVolume": "true", "clusterID": e.c.ClusterID, "pool": e.c.Pool}
@@ -147,7 +147,7 @@ func TestStaticVolume(t *testing.T) {
 // restore or clone of it is refused with the reason, and leaves nothing.
 func TestStaticVolumeWithoutLayering(t *testing.T) {
 	e := setup(t)
-	image := "legacy-no-layering"
+	image := e.c.Name("legacy-no-layering")
 	_, err := e.c.RBD(append([]string{"create", "--size", "8M", "--image-feature", "exclusive-lock", "--pool", e.c.Pool, image}, e.c.NamespaceArgs()...)...)
 	harness.Must(t, err, "rbd create")
 	t.Cleanup(func() {

@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"os/exec"
 	"strings"
@@ -175,7 +173,7 @@ func TestSweepRemovesWhatAbandonedCreatesLeft(t *testing.T) {
 		t.Fatalf("want the user's and a temporary snapshot on the source, have %v", snaps)
 	}
 
-	claim := "rbdcsi.snap." + snapOf(e.startCrashingSnapshot(t, src.VolumeId))
+	claim := "rbdcsi.snap." + e.c.SnapName(e.startCrashingSnapshot(t, src.VolumeId))
 	if !e.objectExists(t, claim) {
 		t.Fatalf("the abandoned CreateSnapshot left no claim %s", claim)
 	}
@@ -240,12 +238,6 @@ func (e env) startCrashingSnapshot(t *testing.T, src string) string {
 		t.Fatal("CreateSnapshot survived --test-crash-at CreateSnapshot:claimed")
 	}
 	return name
-}
-
-// snapOf is the RBD snapshot name the driver gives a CreateSnapshot name.
-func snapOf(name string) string {
-	sum := sha256.Sum256([]byte(name))
-	return "csi-snap-" + hex.EncodeToString(sum[:8])
 }
 
 // objectExists reports whether a RADOS object is in the pool.

@@ -35,6 +35,8 @@ type Cluster struct {
 	// DataPool is an erasure-coded pool with overwrites for image data
 	// (CEPH_DATA_POOL, made by ceph-cluster.sh unless CEPH_EC_POOL=0).
 	DataPool string
+	// Instance is the driver instance the suite runs as (instance.go).
+	Instance string
 }
 
 // NamespaceArgs are the rbd/rados arguments that select the namespace.
@@ -62,7 +64,7 @@ func ClusterFromEnv() (Cluster, error) {
 		Conf: os.Getenv("CEPH_CONF"), MonHost: os.Getenv("CEPH_MON_HOST"), FSID: os.Getenv("CEPH_FSID"),
 		Pool: os.Getenv("CEPH_POOL"), ClusterID: os.Getenv("CEPH_CLUSTER_ID"), Dir: os.Getenv("CEPH_DIR"),
 		AdminKey: os.Getenv("CEPH_ADMIN_KEY"), CSIUser: os.Getenv("CEPH_CSI_USER"), CSIKey: os.Getenv("CEPH_CSI_KEY"),
-		DataPool: os.Getenv("CEPH_DATA_POOL"),
+		DataPool: os.Getenv("CEPH_DATA_POOL"), Instance: instanceFromEnv(),
 	}
 	if c.Conf == "" || c.CSIKey == "" || c.Dir == "" {
 		return c, fmt.Errorf("no Ceph cluster in the environment: run these tests through `make integration` (scripts/with-cluster.sh)")
@@ -108,14 +110,31 @@ func (c Cluster) admin(tool string, args ...string) (string, error) {
 	return string(out), err
 }
 
-// Images lists the images in the test pool.
+// Images lists the suite's instance's images in the test pool (all of
+// them for the default instance).
 func (c Cluster) Images(t testing.TB) []string {
 	t.Helper()
-	out, err := c.RBD(append([]string{"ls", "-p", c.Pool}, c.NamespaceArgs()...)...)
+	return c.imagesWhere(t, c.ownsImage)
+}
+
+func (c Cluster) imagesWhere(t testing.TB, keep func(string) bool) []string {
+	t.Helper()
+	all, err := c.listImages()
 	if err != nil {
-		t.Fatalf("rbd ls: %v: %s", err, out)
+		t.Fatal(err)
 	}
-	return strings.Fields(out)
+	var kept []string
+	for _, img := range all {
+		if keep(img) {
+			kept = append(kept, img)
+		}
+	}
+	return kept
+}
+
+func (c Cluster) listImages() ([]string, error) {
+	out, err := c.RBD(append([]string{"ls", "-p", c.Pool}, c.NamespaceArgs()...)...)
+	return strings.Fields(out), err
 }
 
 // Binary is the plugin built by `make build` (or $RBDPLUGIN).
@@ -155,6 +174,9 @@ func StartPlugin(t testing.TB, c Cluster, args ...string) *Plugin {
 	}
 	p := &Plugin{Socket: filepath.Join(dir, "csi.sock"), t: t, logs: &lockedBuffer{}}
 	p.args = append([]string{"--endpoint", "unix://" + p.Socket, "--cluster-config", c.ConfigFile}, args...)
+	if c.Instance != "" {
+		p.args = append(p.args, "--instance-id", c.Instance)
+	}
 	p.Start()
 	conn, err := grpc.NewClient("unix://"+p.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -13,38 +13,66 @@ import (
 // trimmed by the OSD in the background, so they get a bounded while to go.
 // The node registry (rbdcsi.nodes) is state of running nodes, not a leak,
 // and the claim and static-snapshot indexes may stay empty; entries left
-// in any of them are leaks.
+// in any of them are leaks. A suite run as an instance beside another
+// looks only at its images and indexes: trash entries and RADOS objects
+// do not say whose they are, so scripts/instances.sh checks the whole pool
+// once both suites are done.
 func (c Cluster) PoolLeaks() []string {
 	var left []string
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		left = left[:0]
-		if out, err := c.RBD(append([]string{"ls", "-p", c.Pool}, c.NamespaceArgs()...)...); err != nil {
-			left = append(left, "rbd ls: "+err.Error())
-		} else {
-			for _, img := range strings.Fields(out) {
-				left = append(left, "image "+img)
-			}
+		left = append(c.imageLeaks(), c.IndexLeft()...)
+		if c.Instance == "" {
+			left = append(left, c.trashLeaks()...)
+			left = append(left, c.objectLeaks()...)
 		}
-		if out, err := c.RBD(append([]string{"trash", "ls", "--all", "-p", c.Pool}, c.NamespaceArgs()...)...); err != nil {
-			left = append(left, "rbd trash ls: "+err.Error())
-		} else if strings.TrimSpace(out) != "" {
-			left = append(left, "trash: "+strings.TrimSpace(out))
-		}
-		out, err := c.Rados(append(c.poolArgs(), "ls")...)
-		if err != nil {
-			left = append(left, "rados ls: "+err.Error())
-		}
-		for _, obj := range strings.Fields(out) {
-			if obj != "rbdcsi.nodes" && obj != "rbdcsi.snapclaims" && obj != "rbdcsi.statictmp" && (strings.HasPrefix(obj, "rbdcsi.") || strings.HasPrefix(obj, "rbd_header.") ||
-				strings.HasPrefix(obj, "rbd_data.") || strings.HasPrefix(obj, "rbd_id.")) {
-				left = append(left, "object "+obj)
-			}
-		}
-		left = append(left, c.IndexLeft()...)
 		if len(left) == 0 || time.Now().After(deadline) {
 			return left
 		}
 	}
+}
+
+func (c Cluster) imageLeaks() []string {
+	all, err := c.listImages()
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var left []string
+	for _, img := range all {
+		if c.ownsImage(img) {
+			left = append(left, "image "+img)
+		}
+	}
+	return left
+}
+
+func (c Cluster) trashLeaks() []string {
+	out, err := c.RBD(append([]string{"trash", "ls", "--all", "-p", c.Pool}, c.NamespaceArgs()...)...)
+	if err != nil {
+		return []string{"rbd trash ls: " + err.Error()}
+	}
+	if strings.TrimSpace(out) != "" {
+		return []string{"trash: " + strings.TrimSpace(out)}
+	}
+	return nil
+}
+
+// objectLeaks lists the driver's and RBD's objects left in the pool but
+// the index objects, of any instance.
+func (c Cluster) objectLeaks() []string {
+	out, err := c.Rados(append(c.poolArgs(), "ls")...)
+	if err != nil {
+		return []string{"rados ls: " + err.Error()}
+	}
+	var left []string
+	for _, obj := range strings.Fields(out) {
+		base, _, _ := strings.Cut(strings.TrimPrefix(obj, "rbdcsi."), ".")
+		index := strings.HasPrefix(obj, "rbdcsi.") && (base == "nodes" || base == "snapclaims" || base == "statictmp")
+		if !index && (strings.HasPrefix(obj, "rbdcsi.") || strings.HasPrefix(obj, "rbd_header.") ||
+			strings.HasPrefix(obj, "rbd_data.") || strings.HasPrefix(obj, "rbd_id.")) {
+			left = append(left, "object "+obj)
+		}
+	}
+	return left
 }
 
 // IndexLeft lists the entries of the driver's index objects that outlive
@@ -56,7 +84,8 @@ func (c Cluster) PoolLeaks() []string {
 // may stay, empty.
 func (c Cluster) IndexLeft() []string {
 	var left []string
-	for obj, prefix := range map[string]string{"rbdcsi.nodes": "attach/", "rbdcsi.snapclaims": "", "rbdcsi.statictmp": ""} {
+	for base, prefix := range map[string]string{"rbdcsi.nodes": "attach/", "rbdcsi.snapclaims": "", "rbdcsi.statictmp": ""} {
+		obj := c.Object(base)
 		out, err := c.Rados(append(c.poolArgs(), "listomapkeys", obj)...)
 		if err != nil {
 			if !strings.Contains(err.Error(), "No such file") {
@@ -98,6 +127,9 @@ func (c Cluster) ExpectNoImages(t testing.TB) {
 	t.Helper()
 	if imgs := c.Images(t); len(imgs) > 0 {
 		t.Errorf("leaked images in pool %s: %v", c.Pool, imgs)
+	}
+	if c.Instance != "" {
+		return // the trash is not the suite's alone: scripts/instances.sh checks it after
 	}
 	out, err := c.RBD("trash", "ls", "-p", c.Pool)
 	if err != nil {

@@ -59,8 +59,8 @@ func (c Cluster) Tenant(t *testing.T, ns string) Cluster {
 		}
 		// The index objects may stay, empty (PoolLeaks allows them); they
 		// go with the namespace here.
-		for _, obj := range []string{"rbdcsi.nodes", "rbdcsi.snapclaims"} {
-			_, _ = c.Rados("-p", c.Pool, "--namespace", ns, "rm", obj)
+		for _, obj := range []string{"rbdcsi.nodes", "rbdcsi.snapclaims", "rbdcsi.statictmp"} {
+			_, _ = c.Rados("-p", c.Pool, "--namespace", ns, "rm", c.Object(obj))
 		}
 		if out, err := c.RBD("namespace", "remove", "--pool", c.Pool, "--namespace", ns); err != nil {
 			t.Errorf("rbd namespace remove: %v: %s", err, out)
