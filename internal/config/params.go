@@ -57,6 +57,9 @@ type Params struct {
 	QoS           QoS   // the StorageClass's QoS parameters (qos.go)
 	// VolumeNamePrefix names new images instead of csi-vol- ("": that).
 	VolumeNamePrefix string
+	// TopologyPools, when set, place a volume by its topology (topology.go);
+	// Pool is then the pool for requests that carry no topology, if any.
+	TopologyPools []TopologyPool
 }
 
 // Owner names the Kubernetes objects a volume was made for, from the
@@ -147,7 +150,8 @@ func parse(in map[string]string) (Params, error) {
 	for _, k := range sortedKeys(in) {
 		switch k {
 		case ParamClusterID, ParamPool, ParamDataPool, ParamImageFeatures, ParamFsType,
-			ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions, ParamStaticVolume, ParamVolumeNamePrefix:
+			ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions, ParamStaticVolume, ParamVolumeNamePrefix,
+			ParamTopologyConstrainedPools:
 		default:
 			if !strings.HasPrefix(k, ReservedPrefix) && !IsQoSParam(k) {
 				return Params{}, fmt.Errorf("unknown parameter %.60q (known: %s)", k, strings.Join(knownParams(), ", "))
@@ -167,11 +171,17 @@ func parse(in map[string]string) (Params, error) {
 	if err := volid.ValidClusterID(p.ClusterID); err != nil {
 		return Params{}, fmt.Errorf("parameter %s: %w", ParamClusterID, err)
 	}
-	if p.Pool == "" {
-		return Params{}, fmt.Errorf("parameter %q is required", ParamPool)
+	var err error
+	if p.TopologyPools, err = parseTopologyPools(in[ParamTopologyConstrainedPools]); err != nil {
+		return Params{}, err
 	}
-	if err := volid.ValidPool(p.Pool); err != nil {
-		return Params{}, fmt.Errorf("parameter %s: %w", ParamPool, err)
+	if p.Pool == "" && p.TopologyPools == nil {
+		return Params{}, fmt.Errorf("parameter %q is required (or %s)", ParamPool, ParamTopologyConstrainedPools)
+	}
+	if p.Pool != "" {
+		if err := volid.ValidPool(p.Pool); err != nil {
+			return Params{}, fmt.Errorf("parameter %s: %w", ParamPool, err)
+		}
 	}
 	if p.DataPool != "" {
 		if err := volid.ValidPool(p.DataPool); err != nil {
@@ -242,7 +252,8 @@ func ParseMkfsOptions(s string) ([]string, error) {
 
 func knownParams() []string {
 	return []string{ParamClusterID, ParamPool, ParamDataPool, ParamImageFeatures, ParamFsType,
-		ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions, ParamStaticVolume, ParamVolumeNamePrefix, "the QoS parameters"}
+		ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions, ParamStaticVolume, ParamVolumeNamePrefix,
+		ParamTopologyConstrainedPools, "the QoS parameters"}
 }
 
 func contains(list []string, s string) bool {
