@@ -148,7 +148,7 @@ func TestHealthzWithRealIdentity(t *testing.T) {
 		}
 		return io.ErrUnexpectedEOF
 	}
-	endpoint := serveIdentity(t, driver.NewIdentity(DefaultDriverName, "test", false, check))
+	endpoint := serveIdentity(t, driver.NewIdentity(DefaultDriverName, "test", driver.Capabilities{}, check))
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

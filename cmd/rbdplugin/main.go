@@ -46,6 +46,7 @@ type flags struct {
 	crashAt       string
 	metricsAddr   string
 	node          *nodeFlags
+	topology      *topologyFlags
 	builtins      *builtinFlags
 }
 
@@ -83,6 +84,7 @@ func parseFlags(args []string) (flags, error) {
 	fs.StringVar(&f.metricsAddr, "metrics-address", "", "host:port to serve Prometheus metrics on, at /metrics (e.g. :9809); empty turns metrics off")
 	f.node = addNodeFlags(fs)
 	f.registry = addRegistryFlags(fs)
+	f.topology = addTopologyFlags(fs)
 	f.builtins = addBuiltinFlags(fs)
 	fs.StringVar(&f.crashAt, "test-crash-at", "", "for crash tests only (and only with "+crashEnv+"=1): kill the plugin (SIGKILL) when an operation reaches this point")
 	kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
@@ -92,6 +94,7 @@ func parseFlags(args []string) (flags, error) {
 		return f, err
 	}
 	f.registry.instance = f.ctrl.InstanceID
+	f.ctrl.DriverName = f.driverName
 	if fs.NArg() > 0 {
 		return f, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
@@ -192,12 +195,16 @@ func run(ctx context.Context, f flags) error {
 		defer ctrl.Close()
 		services.Controller = ctrl
 	}
+	var topology map[string]string
 	if f.mode != "controller" {
 		var fence node.Fence
 		if f.registry.location != "" {
 			fence = backend
 		}
-		nodeSvc, nodeChecks, err := newNode(f, clusters, fence, fault)
+		if topology, err = f.topology.segments(ctx, f.driverName, f.nodeID); err != nil {
+			return err
+		}
+		nodeSvc, nodeChecks, err := newNode(f, clusters, fence, topology, fault)
 		if err != nil {
 			return err
 		}
@@ -212,7 +219,11 @@ func run(ctx context.Context, f flags) error {
 		}
 		defer func() { stopHeartbeat(); wait() }()
 	}
-	services.Identity = driver.NewIdentity(f.driverName, version, services.Controller != nil, checks...)
+	// A controller places volumes by topology wherever the CO asks for it;
+	// a node plugin advertises topology only when it reports its own, as
+	// the CSI spec requires of NodeGetInfo then.
+	caps := driver.Capabilities{Controller: services.Controller != nil, Topology: f.mode == "controller" || len(topology) > 0}
+	services.Identity = driver.NewIdentity(f.driverName, version, caps, checks...)
 
 	l, cleanup, err := driver.Listen(f.endpoint)
 	if err != nil {

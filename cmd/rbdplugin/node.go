@@ -50,7 +50,7 @@ func addNodeFlags(fs *flag.FlagSet) *nodeFlags {
 // newNode builds the Node service and the health checks it adds to Probe.
 // With the node registry on, the controller records attachments, and the
 // node fences: it maps a single-node volume only where it is attached.
-func newNode(f flags, clusters *config.ClusterMap, fence node.Fence, fault func(string)) (*node.Node, []driver.HealthCheck, error) {
+func newNode(f flags, clusters *config.ClusterMap, fence node.Fence, topology map[string]string, fault func(string)) (*node.Node, []driver.HealthCheck, error) {
 	nf := f.node
 	if !slices.Contains(config.Mounters, nf.defaultMounter) {
 		return nil, nil, fmt.Errorf("--default-mounter %q: want one of %s", nf.defaultMounter, strings.Join(config.Mounters, ", "))
@@ -94,6 +94,7 @@ func newNode(f flags, clusters *config.ClusterMap, fence node.Fence, fault func(
 		Runner:            command.ExecRunner{Timeout: nf.fsTimeout},
 		StateDir:          nf.stateDir,
 		MaxVolumesPerNode: nf.maxVolumes,
+		Topology:          topology,
 		Clusters:          clusters,
 		Fence:             fence,
 		Fault:             fault,

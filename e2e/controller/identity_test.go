@@ -31,15 +31,14 @@ func TestIdentityProbeAndShutdown(t *testing.T) {
 	}
 	caps, err := id.GetPluginCapabilities(harness.Ctx(t), &csi.GetPluginCapabilitiesRequest{})
 	harness.Must(t, err, "GetPluginCapabilities")
-	var controller, online bool
+	var controller, online, topology bool
 	for _, cp := range caps.Capabilities {
 		controller = controller || cp.GetService().GetType() == csi.PluginCapability_Service_CONTROLLER_SERVICE
 		online = online || cp.GetVolumeExpansion().GetType() == csi.PluginCapability_VolumeExpansion_ONLINE
-		if cp.GetService().GetType() == csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS {
-			t.Error("topology is advertised but not implemented")
-		}
+		// The controller places volumes of topologyConstrainedPools classes.
+		topology = topology || cp.GetService().GetType() == csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS
 	}
-	if !controller || !online {
+	if !controller || !online || !topology {
 		t.Fatalf("capabilities %v", caps.Capabilities)
 	}
 	probe := func() error {

@@ -37,10 +37,15 @@ func TestSanity(t *testing.T) {
 		}
 	})
 	// The fuse mounter: this machine has neither krbd nor nbd (MACHINE.md).
+	// The node reports a zone (topology.rbd.csi.rbdcsi.dev/zone=zone-a), so
+	// the plugin advertises topology and the suite's topology specs run:
+	// their volumes go to the class's pool for that zone, the others to
+	// its plain pool.
 	p := harness.StartPlugin(t, c, "--mode", "all", "--nodeid", "sanity-node", "--default-mounter", "fuse",
 		"--state-dir", stateDir, "--controller-secret-dir", secretDir,
 		"--node-registry", c.ClusterID+"/"+c.Pool, "--node-secret-dir", secretDir, "--v", "10",
-		"--max-volumes-per-node", "4")
+		"--max-volumes-per-node", "4",
+		"--domain-labels", "topology.kubernetes.io/zone", "--node-labels", "topology.kubernetes.io/zone=zone-a,kubernetes.io/hostname=sanity-node")
 
 	work := t.TempDir()
 	secretsFile := filepath.Join(work, "secrets.yaml")
@@ -58,7 +63,8 @@ func TestSanity(t *testing.T) {
 	cfg.TargetPath = filepath.Join(work, "target")
 	cfg.StagingPath = filepath.Join(work, "staging")
 	cfg.SecretsFile = secretsFile
-	cfg.TestVolumeParameters = c.Params()
+	cfg.TestVolumeParameters = c.Params("topologyConstrainedPools",
+		`[{"poolName":"`+c.Pool+`","domainSegments":[{"domainLabel":"zone","value":"zone-a"}]}]`)
 	cfg.TestVolumeSize = 1 << 30 // thin: costs nothing until written
 	cfg.TestVolumeExpandSize = 2 << 30
 	// A VolumeAttributesClass's parameters: QoS, the only mutable ones.

@@ -90,6 +90,8 @@ type Options struct {
 	// driver's (listed, swept when unfinished, deleted), so the list must
 	// name only prefixes no one else uses in the pools.
 	VolumeNamePrefixes []string
+	// DriverName names the topology keys (topology.<DriverName>/<label>).
+	DriverName string
 	// InstanceID scopes what the controller makes and finds in a pool to
 	// its own Kubernetes cluster (config.ValidInstanceID; "" the default).
 	InstanceID string

@@ -53,15 +53,27 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if outOfRange != nil {
 		return nil, status.Error(codes.OutOfRange, outOfRange.Error())
 	}
-	pool, err := c.pool(params.ClusterID, params.Pool, req.GetSecrets(), false)
-	if err != nil {
-		return nil, err
-	}
 	prefix, err := c.namePrefix(params)
 	if err != nil {
 		return nil, err
 	}
-	vol := volid.Volume{ClusterID: params.ClusterID, Pool: params.Pool, Image: c.names.image(prefix, name)}
+	image := c.names.image(prefix, name)
+	where, err := c.place(ctx, params, req, image)
+	if err != nil {
+		return nil, err
+	}
+	var accessible []*csi.Topology
+	if where != nil {
+		params.Pool, accessible = where.pool.PoolName, where.accessible
+		if where.pool.DataPool != "" {
+			params.DataPool = where.pool.DataPool
+		}
+	}
+	pool, err := c.pool(params.ClusterID, params.Pool, req.GetSecrets(), false)
+	if err != nil {
+		return nil, err
+	}
+	vol := volid.Volume{ClusterID: params.ClusterID, Pool: params.Pool, Image: image}
 	release, ok := c.locks.TryLock("name/"+name, imageKey(pool, vol.Image))
 	if !ok {
 		return nil, pending("volume " + name)
@@ -89,10 +101,11 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		return nil, err
 	}
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
-		VolumeId:      vol.String(),
-		CapacityBytes: finalSize,
-		VolumeContext: params.VolumeContext(),
-		ContentSource: req.GetVolumeContentSource(),
+		VolumeId:           vol.String(),
+		CapacityBytes:      finalSize,
+		VolumeContext:      params.VolumeContext(),
+		ContentSource:      req.GetVolumeContentSource(),
+		AccessibleTopology: accessible,
 	}}, nil
 }
 

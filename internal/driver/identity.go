@@ -18,13 +18,23 @@ type Identity struct {
 	csi.UnimplementedIdentityServer
 
 	name, version string
-	controller    bool
+	caps          Capabilities
 	checks        []HealthCheck
 }
 
+// Capabilities are the plugin capabilities a process advertises besides
+// online expansion.
+type Capabilities struct {
+	// Controller: the process serves the Controller service.
+	Controller bool
+	// Topology: volumes may be accessible from part of the cluster only
+	// (the controller places them by topology; a node reports its own).
+	Topology bool
+}
+
 // NewIdentity returns the Identity service; checks decide Probe's answer.
-func NewIdentity(name, version string, controller bool, checks ...HealthCheck) *Identity {
-	return &Identity{name: name, version: version, controller: controller, checks: checks}
+func NewIdentity(name, version string, caps Capabilities, checks ...HealthCheck) *Identity {
+	return &Identity{name: name, version: version, caps: caps, checks: checks}
 }
 
 // GetPluginInfo names the driver.
@@ -32,20 +42,26 @@ func (i *Identity) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*c
 	return &csi.GetPluginInfoResponse{Name: i.name, VendorVersion: i.version}, nil
 }
 
-// GetPluginCapabilities advertises the controller service (when this
-// process runs one) and online expansion.
+// GetPluginCapabilities advertises online expansion, and the controller
+// service and topology where this process has them.
 func (i *Identity) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	resp := &csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{{
 		Type: &csi.PluginCapability_VolumeExpansion_{VolumeExpansion: &csi.PluginCapability_VolumeExpansion{
 			Type: csi.PluginCapability_VolumeExpansion_ONLINE,
 		}},
 	}}}
-	if i.controller {
-		resp.Capabilities = append(resp.Capabilities, &csi.PluginCapability{
-			Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{
-				Type: csi.PluginCapability_Service_CONTROLLER_SERVICE,
-			}},
-		})
+	for _, c := range []struct {
+		on bool
+		t  csi.PluginCapability_Service_Type
+	}{
+		{i.caps.Controller, csi.PluginCapability_Service_CONTROLLER_SERVICE},
+		{i.caps.Topology, csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS},
+	} {
+		if c.on {
+			resp.Capabilities = append(resp.Capabilities, &csi.PluginCapability{
+				Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: c.t}},
+			})
+		}
 	}
 	return resp, nil
 }

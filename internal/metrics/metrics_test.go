@@ -47,7 +47,7 @@ func TestScrapeAfterCalls(t *testing.T) {
 	defer cleanup()
 	unhealthy := func(context.Context) error { return errors.New("cluster map unreadable") }
 	srv := driver.NewServer(driver.Services{
-		Identity: driver.NewIdentity("rbd.csi.rbdcsi.dev", "test", true, unhealthy),
+		Identity: driver.NewIdentity("rbd.csi.rbdcsi.dev", "test", driver.Capabilities{Controller: true}, unhealthy),
 	}, m.UnaryInterceptor())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, l, time.Second) }()

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -59,7 +60,10 @@ type Options struct {
 	// survive plugin restarts (a hostPath on the node).
 	StateDir          string
 	MaxVolumesPerNode int64
-	Clusters          Clusters
+	// Topology is this node's place, reported in NodeGetInfo
+	// (topology.<driver>/<label> segments); nil: none.
+	Topology map[string]string
+	Clusters Clusters
 	// Fault, for crash tests only, is called at named points between the
 	// steps of an operation ("NodeStage:mapped").
 	Fault func(point string)
@@ -82,6 +86,7 @@ type Node struct {
 	mounter        mount.Interface
 	run            Runner
 	maxVolumes     int64
+	topology       map[string]string
 	clusters       Clusters
 	store          *store
 	locks          *lock.Keyed
@@ -123,7 +128,7 @@ func New(o Options) (*Node, error) {
 	}
 	return &Node{
 		id: o.NodeID, mappers: o.Mappers, defaultMounter: o.DefaultMounter, mounter: mounter,
-		run: run, maxVolumes: o.MaxVolumesPerNode, clusters: o.Clusters, store: st, locks: lock.New(), fence: o.Fence, fault: o.Fault,
+		run: run, maxVolumes: o.MaxVolumesPerNode, topology: o.Topology, clusters: o.Clusters, store: st, locks: lock.New(), fence: o.Fence, fault: o.Fault,
 		cgroupRoot: o.CgroupRoot,
 	}, nil
 }
@@ -140,7 +145,11 @@ func mapperNames(m map[string]mapper.Mapper) []string {
 // NodeGetInfo names the node. There is no topology: every node reaches
 // every cluster in the map.
 func (n *Node) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
-	return &csi.NodeGetInfoResponse{NodeId: n.id, MaxVolumesPerNode: n.maxVolumes}, nil
+	resp := &csi.NodeGetInfoResponse{NodeId: n.id, MaxVolumesPerNode: n.maxVolumes}
+	if len(n.topology) > 0 {
+		resp.AccessibleTopology = &csi.Topology{Segments: maps.Clone(n.topology)}
+	}
+	return resp, nil
 }
 
 // NodeGetCapabilities advertises what is implemented. Volume condition is
