@@ -49,6 +49,12 @@ var documentedRBAC = map[string]sidecarRBAC{
 			{"snapshot.storage.k8s.io", "volumesnapshotcontents", []string{"get", "list"}},
 			// Needed because the driver has PUBLISH_UNPUBLISH_VOLUME.
 			{"storage.k8s.io", "volumeattachments", []string{"get", "list", "watch"}},
+			// v6.3.0 watches nodes and CSINodes for a driver with
+			// VOLUME_ACCESSIBILITY_CONSTRAINTS (cmd/csi-provisioner:
+			// ctrl.SupportsTopology), which the controller advertises;
+			// without them it provisions nothing.
+			{"storage.k8s.io", "csinodes", []string{"get", "list", "watch"}},
+			{"", "nodes", []string{"get", "list", "watch"}},
 		},
 		namespaced: []rule{leases},
 		optional: []rule{
@@ -60,11 +66,6 @@ var documentedRBAC = map[string]sidecarRBAC{
 			{"storage.k8s.io", "csistoragecapacities", []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 			{"", "pods", []string{"get"}},
 			{"apps", "replicasets", []string{"get"}},
-			// Documented, but v6.3.0 watches nodes and CSINodes only for a
-			// driver with VOLUME_ACCESSIBILITY_CONSTRAINTS (cmd/csi-provisioner:
-			// ctrl.SupportsTopology), which this one does not advertise yet.
-			{"storage.k8s.io", "csinodes", []string{"get", "list", "watch"}},
-			{"", "nodes", []string{"get", "list", "watch"}},
 		},
 	},
 	attacherRepo: {

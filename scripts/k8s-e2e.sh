@@ -114,7 +114,7 @@ main() {
 
 	# The overlay, with the local cluster's map and key beside it.
 	mkdir -p "$work/deploy"
-	cp -r "$ROOT/deploy/kubernetes" "$ROOT/deploy/e2e" "$work/deploy/"
+	cp -r "$ROOT/deploy/kubernetes" "$ROOT/deploy/e2e" "$ROOT/deploy/topology" "$work/deploy/"
 	rm -rf "$work/deploy/e2e/local"
 	mkdir -p "$work/deploy/e2e/local"
 	(

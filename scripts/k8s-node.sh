@@ -317,8 +317,10 @@ cmd_up() {
 
 	wait_until "containerd" 30 containerd ctr version
 	import_images
+	# The node is in zone-a, which the driver reports as its topology
+	# (deploy/topology, e2e/k8s/topology_test.go).
 	start_daemon kubelet "$BIN/kubelet" --config="$DIR/kubelet.yaml" --kubeconfig="$DIR/kubeconfig" \
-		--hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=1
+		--hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --node-labels=topology.kubernetes.io/zone=zone-a --v=1
 	start_daemon kube-proxy "$BIN/kube-proxy" --config="$DIR/kube-proxy.yaml" --v=1
 	wait_until "node $NODE_NAME Ready" 120 kubelet kubectl wait --for=condition=Ready "node/$NODE_NAME" --timeout=2s
 	wait_until "the default service account" 60 kube-controller-manager kubectl -n default get serviceaccount default
