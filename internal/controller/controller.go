@@ -148,7 +148,9 @@ type Controller struct {
 	nodes     Nodes
 	flattener *flattener
 	sweeper   *sweeper
-	names     naming
+	// sparsifies run the sparsify requests, keyed by pool and image.
+	sparsifies *background
+	names      naming
 }
 
 // New returns a Controller.
@@ -171,6 +173,7 @@ func New(o Options) *Controller {
 	c := &Controller{backend: o.Backend, clusters: o.Clusters, cred: o.Credentials, locks: lock.New(), opts: o, nodes: o.Nodes,
 		names: newNaming(o.InstanceID, o.VolumeNamePrefixes)}
 	c.flattener = newFlattener(c)
+	c.sparsifies = newBackground()
 	c.sweeper = newSweeper(c, o.SweepInterval)
 	c.sweeper.startPeriodic()
 	return c
@@ -182,6 +185,7 @@ func New(o Options) *Controller {
 func (c *Controller) Close() {
 	c.flattener.stop()
 	c.sweeper.stop()
+	c.sparsifies.stop()
 }
 
 // ControllerGetCapabilities advertises only what works: the list, capacity

@@ -56,6 +56,9 @@ func (c *Controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 		return nil, err
 	}
 	defer release()
+	if err := c.sparsifying(pool, vol); err != nil {
+		return nil, err
+	}
 
 	info, err := c.stat(ctx, pool, vol)
 	if err != nil {

@@ -24,18 +24,27 @@ import (
 // limits it inherits from its parent unless its own policy sets them.
 const qosLimitPrefix = "conf_rbd_qos_"
 
-// mutableQoS checks mutable parameters: only QoS keys may change.
-func mutableQoS(mutable map[string]string) (config.QoS, error) {
-	for k := range mutable {
-		if !config.IsQoSParam(k) {
-			return nil, status.Errorf(codes.InvalidArgument, "mutable parameter %.60q cannot be changed; these can: %s", k, config.QoSParamNames())
+// mutableParams checks mutable parameters: the QoS keys, and a sparsify
+// request (sparsify.go; "" if none).
+func mutableParams(mutable map[string]string) (q config.QoS, sparsify string, err error) {
+	qos := map[string]string{}
+	for k, v := range mutable {
+		switch {
+		case config.IsQoSParam(k):
+			qos[k] = v
+		case k == config.ParamSparsify:
+			if err := config.ValidSparsifyRequest(v); err != nil {
+				return nil, "", status.Error(codes.InvalidArgument, err.Error())
+			}
+			sparsify = v
+		default:
+			return nil, "", status.Errorf(codes.InvalidArgument, "mutable parameter %.60q cannot be changed; these can: %s, %s", k, config.ParamSparsify, config.QoSParamNames())
 		}
 	}
-	q, err := config.ParseQoS(mutable)
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+	if q, err = config.ParseQoS(qos); err != nil {
+		return nil, "", status.Error(codes.InvalidArgument, err.Error())
 	}
-	return q, nil
+	return q, sparsify, nil
 }
 
 // qosMetadata is what a policy writes on a volume of size bytes: the
@@ -49,15 +58,16 @@ func qosMetadata(q config.QoS, size uint64) map[string]string {
 	return meta
 }
 
-// ControllerModifyVolume changes a volume's QoS parameters. Keys the
-// request does not name keep their values; librbd clients that have the
-// image open pick the new limits up when they refresh it (README, QoS).
+// ControllerModifyVolume changes a volume's QoS parameters, and starts a
+// sparsify a new sparsify value asks for. QoS keys the request does not
+// name keep their values; librbd clients that have the image open pick the
+// new limits up when they refresh it (README, QoS).
 func (c *Controller) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
 	}
-	update, err := mutableQoS(req.GetMutableParameters())
+	update, sparsify, err := mutableParams(req.GetMutableParameters())
 	if err != nil {
 		return nil, err
 	}
@@ -84,6 +94,11 @@ func (c *Controller) ControllerModifyVolume(ctx context.Context, req *csi.Contro
 		}
 	}
 	klog.V(2).InfoS("modified volume", "volumeID", id, "qos", merged.String())
+	if sparsify != "" {
+		if err := c.requestSparsify(ctx, pool, vol, sparsify); err != nil {
+			return nil, err
+		}
+	}
 	return &csi.ControllerModifyVolumeResponse{}, nil
 }
 

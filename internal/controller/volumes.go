@@ -36,7 +36,8 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	// Mutable parameters (a VolumeAttributesClass) win over parameters.
-	mutable, err := mutableQoS(req.GetMutableParameters())
+	// A new volume has nothing to sparsify: the request is ignored.
+	mutable, _, err := mutableParams(req.GetMutableParameters())
 	if err != nil {
 		return nil, err
 	}

@@ -55,6 +55,8 @@ type Backend interface {
 	// Flatten copies the parent's data into a clone and detaches it;
 	// ErrInvalid for an image without a parent.
 	Flatten(ctx context.Context, p Pool, name string) error
+	// Sparsify gives back to Ceph the image's zero-filled extents.
+	Sparsify(ctx context.Context, p Pool, name string) error
 	// Rename renames an image: ErrNotFound, or ErrExists for a taken name.
 	Rename(ctx context.Context, p Pool, from, to string) error
 	// SetMetadata sets keys on an existing image.

@@ -75,6 +75,8 @@ type image struct {
 	snaps    []*snapshot // by ID, ascending
 	parent   *link
 	watchers int
+	// sparsified counts Sparsify calls (the fake keeps no data).
+	sparsified int
 }
 
 // link ties a clone to the snapshot it depends on.

@@ -66,6 +66,16 @@ func (c *Ceph) DetachBehind(p rbd.Pool, child string) error {
 	return nil
 }
 
+// Sparsified reports how often Sparsify ran on the image (0 if none).
+func (c *Ceph) Sparsified(p rbd.Pool, name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, img, err := c.named(p, name); err == nil {
+		return img.sparsified
+	}
+	return 0
+}
+
 // SetFull marks a pool full, as a reached quota does: writes wait until
 // their context ends, PoolFull says so.
 func (c *Ceph) SetFull(poolName string, full bool) {
