@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
-	"time"
 
 	"k8s.io/klog/v2"
 
@@ -21,10 +19,10 @@ import (
 // and was never retried.
 const claimIndex = "rbdcsi.snapclaims" // one per instance: naming.object
 
-// indexClaim records a claim about to be made.
+// indexClaim records a claim about to be made (details: the source image
+// ID and the request name).
 func (c *Controller) indexClaim(ctx context.Context, pool rbd.Pool, snap, imageID, name string) error {
-	v := strconv.FormatInt(time.Now().Unix(), 10) + " " + imageID + " " + name
-	if err := c.backend.SetOmap(ctx, pool, c.names.object(claimIndex), map[string]string{snap: v}); err != nil {
+	if err := c.claims.add(ctx, pool, snap, imageID+" "+name); err != nil {
 		return cephStatus(fmt.Errorf("indexing the claim of snapshot %s: %w", name, err))
 	}
 	return nil
@@ -34,7 +32,7 @@ func (c *Controller) indexClaim(ctx context.Context, pool rbd.Pool, snap, imageI
 // snapshot exists, the name is another source's, the claim is withdrawn).
 // A failure only leaves work for the sweeper.
 func (c *Controller) settleClaim(ctx context.Context, pool rbd.Pool, snap string) {
-	if err := c.backend.RemoveOmapKeys(ctx, pool, c.names.object(claimIndex), snap); err != nil {
+	if err := c.claims.drop(ctx, pool, snap); err != nil {
 		klog.ErrorS(err, "removing a snapshot claim from the index; the sweep does it later", "pool", pool.Name, "snap", snap)
 	}
 }
@@ -42,23 +40,21 @@ func (c *Controller) settleClaim(ctx context.Context, pool rbd.Pool, snap string
 // sweepClaims withdraws the claims of CreateSnapshot calls that did not
 // settle within an interval and whose snapshot does not exist.
 func (s *sweeper) sweepClaims(ctx context.Context, pool rbd.Pool) error {
-	entries, err := s.c.backend.ListOmap(ctx, pool, s.c.names.object(claimIndex), "")
+	entries, err := s.c.claims.list(ctx, pool)
 	if err != nil {
 		return err
 	}
-	for snap, v := range entries {
-		at, rest, _ := strings.Cut(v, " ")
-		imageID, name, _ := strings.Cut(rest, " ")
-		sec, err := strconv.ParseInt(at, 10, 64)
-		if err != nil || imageID == "" {
-			s.c.settleClaim(ctx, pool, snap) // not ours to read
+	for _, e := range entries {
+		imageID, name, _ := strings.Cut(e.details, " ")
+		if e.at.IsZero() || imageID == "" {
+			s.c.settleClaim(ctx, pool, e.key) // not ours to read
 			continue
 		}
-		if !s.settled(time.Unix(sec, 0)) {
+		if !s.settled(e.at) {
 			continue
 		}
-		if err := s.sweepClaim(ctx, pool, snap, imageID, name); err != nil {
-			klog.ErrorS(err, "sweeping a snapshot claim", "pool", pool.Name, "snap", snap)
+		if err := s.sweepClaim(ctx, pool, e.key, imageID, name); err != nil {
+			klog.ErrorS(err, "sweeping a snapshot claim", "pool", pool.Name, "snap", e.key)
 		}
 	}
 	return nil

@@ -150,7 +150,9 @@ type Controller struct {
 	sweeper   *sweeper
 	// sparsifies run the sparsify requests, keyed by pool and image.
 	sparsifies *background
-	names      naming
+	// claims and staticTmps index work the sweeper finds nowhere else.
+	claims, staticTmps workIndex
+	names              naming
 }
 
 // New returns a Controller.
@@ -174,6 +176,8 @@ func New(o Options) *Controller {
 		names: newNaming(o.InstanceID, o.VolumeNamePrefixes)}
 	c.flattener = newFlattener(c)
 	c.sparsifies = newBackground()
+	c.claims = workIndex{backend: o.Backend, object: c.names.object(claimIndex)}
+	c.staticTmps = workIndex{backend: o.Backend, object: c.names.object(staticTmpIndex)}
 	c.sweeper = newSweeper(c, o.SweepInterval)
 	c.sweeper.startPeriodic()
 	return c

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -70,7 +68,7 @@ const staticTmpIndex = "rbdcsi.statictmp" // one per instance: naming.object
 
 // indexStaticTmp records that a clone is about to snapshot a static image.
 func (c *Controller) indexStaticTmp(ctx context.Context, pool rbd.Pool, image string) error {
-	if err := c.backend.SetOmap(ctx, pool, c.names.object(staticTmpIndex), map[string]string{image: strconv.FormatInt(time.Now().Unix(), 10)}); err != nil {
+	if err := c.staticTmps.add(ctx, pool, image, ""); err != nil {
 		return cephStatus(fmt.Errorf("indexing the temporary snapshot of static image %s: %w", image, err))
 	}
 	return nil
@@ -95,7 +93,7 @@ func (c *Controller) unindexStaticTmp(ctx context.Context, pool rbd.Pool, image 
 			return
 		}
 	}
-	if err := c.backend.RemoveOmapKeys(ctx, pool, c.names.object(staticTmpIndex), image); err != nil {
+	if err := c.staticTmps.drop(ctx, pool, image); err != nil {
 		klog.ErrorS(err, "unindexing a static image's temporary snapshot; the sweep does it later", "pool", pool.Name, "image", image)
 	}
 }
@@ -103,17 +101,16 @@ func (c *Controller) unindexStaticTmp(ctx context.Context, pool rbd.Pool, image 
 // sweepStaticTmp drops the settled temporary snapshots of the indexed
 // static images, and the entries of images left with none.
 func (s *sweeper) sweepStaticTmp(ctx context.Context, pool rbd.Pool) error {
-	entries, err := s.c.backend.ListOmap(ctx, pool, s.c.names.object(staticTmpIndex), "")
+	entries, err := s.c.staticTmps.list(ctx, pool)
 	if err != nil {
 		return err
 	}
-	for image, at := range entries {
-		sec, err := strconv.ParseInt(at, 10, 64)
-		if err == nil && !s.settled(time.Unix(sec, 0)) {
+	for _, e := range entries {
+		if !e.at.IsZero() && !s.settled(e.at) {
 			continue
 		}
-		if err := s.sweepStaticImage(ctx, pool, image); err != nil {
-			klog.ErrorS(err, "sweeping the temporary snapshots of a static image", "pool", pool.Name, "image", image)
+		if err := s.sweepStaticImage(ctx, pool, e.key); err != nil {
+			klog.ErrorS(err, "sweeping the temporary snapshots of a static image", "pool", pool.Name, "image", e.key)
 		}
 	}
 	return nil
@@ -139,5 +136,5 @@ func (s *sweeper) sweepStaticImage(ctx context.Context, pool rbd.Pool, image str
 	} else if !errors.Is(err, rbd.ErrNotFound) {
 		return err
 	}
-	return s.c.backend.RemoveOmapKeys(ctx, pool, s.c.names.object(staticTmpIndex), image)
+	return s.c.staticTmps.drop(ctx, pool, image)
 }
