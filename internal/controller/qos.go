@@ -108,5 +108,13 @@ func (c *Controller) resizeQoS(ctx context.Context, pool rbd.Pool, image string,
 	if err != nil || !q.SizeDependent() {
 		return err
 	}
-	return c.backend.SetMetadata(ctx, pool, image, q.Limits(size))
+	limits := q.Limits(size)
+	stale := false
+	for k, v := range limits {
+		stale = stale || info.Metadata[k] != v
+	}
+	if !stale { // an expand retried, or one to the size the volume has
+		return nil
+	}
+	return c.backend.SetMetadata(ctx, pool, image, limits)
 }

@@ -81,6 +81,19 @@ func TestQoSLifecycle(t *testing.T) {
 	_, err = c.c.ControllerExpandVolume(ctx(t), &csi.ControllerExpandVolumeRequest{VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: 8*mib + 2<<30}, Secrets: secrets()})
 	must(t, err, "ControllerExpandVolume")
 	expect("grown by 2 GiB", id, map[string]string{"conf_rbd_qos_iops_limit": "0", "conf_rbd_qos_bps_limit": "3145728", "conf_rbd_qos_read_iops_limit": "50"})
+	// A retried expand rewrites nothing that is current (it succeeds on a
+	// full pool, where every write waits), and completes limits a crash
+	// left stale after the resize.
+	expand := func() error {
+		_, err := c.c.ControllerExpandVolume(ctx(t), &csi.ControllerExpandVolumeRequest{VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: 8*mib + 2<<30}, Secrets: secrets()})
+		return err
+	}
+	e.ceph.SetFull(poolName, true)
+	must(t, expand(), "an expand retried on a full pool")
+	e.ceph.SetFull(poolName, false)
+	must(t, e.ceph.SetMetadata(ctx(t), e.pool, imageOf(t, id), map[string]string{"conf_rbd_qos_bps_limit": "1048576"}), "stale limit")
+	must(t, expand(), "an expand retried after a crash before its QoS")
+	expect("completed by the retry", id, map[string]string{"conf_rbd_qos_iops_limit": "0", "conf_rbd_qos_bps_limit": "3145728", "conf_rbd_qos_read_iops_limit": "50"})
 
 	clone, err := create("qos-clone", 8*mib+2<<30, nil, nil, fromVolume(id))
 	must(t, err, "CreateVolume clone")
@@ -90,7 +103,7 @@ func TestQoSLifecycle(t *testing.T) {
 	expect("a clone with its own QoS", own, map[string]string{"conf_rbd_qos_write_bps_limit": "7"})
 
 	// What a user may get wrong, and nothing changes.
-	wantCode(t, modify(id, map[string]string{"pool": "other"}), codes.InvalidArgument, "a mutable parameter that is not QoS")
+	wantCode(t, modify(id, map[string]string{"pool": "other"}), codes.InvalidArgument, "a mutable parameter that is neither QoS nor sparsify")
 	wantCode(t, modify(id, map[string]string{"maxIops": "-5"}), codes.InvalidArgument, "a negative limit")
 	wantCode(t, modify(id, map[string]string{"readIopsPerGiB": "5"}), codes.InvalidArgument, "a per-GiB rate without its base")
 	wantCode(t, modify(id, map[string]string{"maxBps": "10"}), codes.InvalidArgument, "a maximum below the base")
