@@ -63,19 +63,18 @@ func (c *Controller) nameSnapshot(ctx context.Context, pool rbd.Pool, fam rbd.Fa
 
 // unnameSnapshot drops a removed snapshot's name from its image. It runs
 // after the removal, so a crash in between leaves the name to the retry.
-func (c *Controller) unnameSnapshot(ctx context.Context, pool rbd.Pool, snap volid.Snapshot) error {
-	fam, err := c.backend.StatFamily(ctx, pool, "", snap.ImageID)
-	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) {
-		return nil
-	}
-	if err != nil {
-		return cephStatus(err)
+// It returns the image's family as read after the removal (nil: the
+// image is gone), for the reclaim that follows.
+func (c *Controller) unnameSnapshot(ctx context.Context, pool rbd.Pool, snap volid.Snapshot) (*rbd.Family, error) {
+	fam, err := c.familyByID(ctx, pool, snap.ImageID)
+	if err != nil || fam == nil {
+		return nil, err
 	}
 	if _, ok := fam.Metadata[metaSnapPrefix+snap.Snap]; !ok {
-		return nil
+		return fam, nil
 	}
 	if err := c.backend.RemoveMetadata(ctx, pool, fam.Name, metaSnapPrefix+snap.Snap); err != nil && !errors.Is(err, rbd.ErrNotFound) {
-		return cephStatus(err)
+		return nil, cephStatus(err)
 	}
-	return nil
+	return fam, nil
 }

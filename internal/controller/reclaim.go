@@ -118,18 +118,32 @@ func (c *Controller) hide(ctx context.Context, pool rbd.Pool, vol volid.Volume, 
 // reclaim removes a hidden image once nothing depends on it any more, and
 // walks on to its parent, which may have been waiting for it.
 func (c *Controller) reclaim(ctx context.Context, pool rbd.Pool, imageID string) error {
-	for i := 0; i < maxChain && imageID != ""; i++ {
-		fam, err := c.backend.StatFamily(ctx, pool, "", imageID)
-		if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) {
-			return nil
-		}
-		if err != nil {
-			return cephStatus(err)
-		}
+	fam, err := c.familyByID(ctx, pool, imageID)
+	if err != nil || fam == nil {
+		return err
+	}
+	return c.reclaimFrom(ctx, pool, fam)
+}
+
+// familyByID reads an image's family; nil if the image or pool is gone.
+func (c *Controller) familyByID(ctx context.Context, pool rbd.Pool, imageID string) (*rbd.Family, error) {
+	fam, err := c.backend.StatFamily(ctx, pool, "", imageID)
+	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, cephStatus(err)
+	}
+	return &fam, nil
+}
+
+// reclaimFrom is reclaim of an image whose family the caller has read.
+func (c *Controller) reclaimFrom(ctx context.Context, pool rbd.Pool, fam *rbd.Family) error {
+	for i := 0; i < maxChain; i++ {
 		if _, hidden := c.names.hiddenID(fam.Name); !hidden || len(fam.Snaps) > 0 || fam.TrashedSnaps > 0 || fam.Watchers > 0 {
 			return nil
 		}
-		err = c.removeImage(ctx, pool, fam)
+		err := c.removeImage(ctx, pool, *fam)
 		if errors.Is(err, rbd.ErrHasSnapshots) || errors.Is(err, rbd.ErrBusy) {
 			return nil // a dependent appeared meanwhile; its removal reclaims
 		}
@@ -141,7 +155,10 @@ func (c *Controller) reclaim(ctx context.Context, pool rbd.Pool, imageID string)
 		if fam.Parent == nil {
 			return nil
 		}
-		pool, imageID = parentPool(pool, fam.Parent), fam.Parent.ImageID
+		pool = parentPool(pool, fam.Parent)
+		if fam, err = c.familyByID(ctx, pool, fam.Parent.ImageID); err != nil || fam == nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -159,10 +159,11 @@ func (c *Controller) deleteSnapshot(ctx context.Context, pool rbd.Pool, id strin
 	if err := c.backend.Unclaim(ctx, pool, claimPrefix+snap.Snap); err != nil && !errors.Is(err, rbd.ErrPoolNotFound) {
 		return cephStatus(err)
 	}
-	if err := c.unnameSnapshot(ctx, pool, snap); err != nil {
-		return err
+	fam, err := c.unnameSnapshot(ctx, pool, snap)
+	if err != nil || fam == nil {
+		return err // or the image is gone
 	}
-	return c.reclaim(ctx, pool, snap.ImageID)
+	return c.reclaimFrom(ctx, pool, fam)
 }
 
 // GetSnapshot reports one snapshot.
