@@ -201,10 +201,11 @@ func run(ctx context.Context, f flags) error {
 		if f.registry.location != "" {
 			fence = backend
 		}
-		if topology, err = f.topology.segments(ctx, f.driverName, f.nodeID); err != nil {
+		var crush map[string]string
+		if topology, crush, err = f.topology.place(ctx, f.driverName, f.nodeID); err != nil {
 			return err
 		}
-		nodeSvc, nodeChecks, err := newNode(f, clusters, fence, topology, fault)
+		nodeSvc, nodeChecks, err := newNode(f, clusters, fence, topology, crush, fault)
 		if err != nil {
 			return err
 		}

@@ -50,7 +50,7 @@ func addNodeFlags(fs *flag.FlagSet) *nodeFlags {
 // newNode builds the Node service and the health checks it adds to Probe.
 // With the node registry on, the controller records attachments, and the
 // node fences: it maps a single-node volume only where it is attached.
-func newNode(f flags, clusters *config.ClusterMap, fence node.Fence, topology map[string]string, fault func(string)) (*node.Node, []driver.HealthCheck, error) {
+func newNode(f flags, clusters *config.ClusterMap, fence node.Fence, topology, crush map[string]string, fault func(string)) (*node.Node, []driver.HealthCheck, error) {
 	nf := f.node
 	if !slices.Contains(config.Mounters, nf.defaultMounter) {
 		return nil, nil, fmt.Errorf("--default-mounter %q: want one of %s", nf.defaultMounter, strings.Join(config.Mounters, ", "))
@@ -77,7 +77,7 @@ func newNode(f flags, clusters *config.ClusterMap, fence node.Fence, topology ma
 	}
 	run := command.ExecRunner{Timeout: nf.mapTimeout}
 	mappers := map[string]mapper.Mapper{
-		mapper.KRBD: mapper.NewKRBD(mapper.CLIOptions{Runner: run, Keys: keys}),
+		mapper.KRBD: mapper.NewKRBD(mapper.CLIOptions{Runner: run, Keys: keys, CrushLocation: crush}),
 		mapper.NBD:  mapper.NewNBD(mapper.CLIOptions{Runner: run, Keys: keys}),
 		mapper.Fuse: mapper.NewFuse(mapper.FuseOptions{
 			Dir: filepath.Join(nf.stateDir, "fuse"), Keys: keys, Runner: run, ConnectTimeout: f.cephTimeout,

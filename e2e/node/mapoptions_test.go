@@ -57,3 +57,48 @@ func TestMapOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestReadAffinity: a node plugin with a CRUSH location (from its labels,
+// here --node-labels) maps krbd volumes reading from the nearest replica,
+// as the kernel's view of the mapping shows; a StorageClass that chooses
+// read_from_replica itself keeps its choice.
+func TestReadAffinity(t *testing.T) {
+	if mounter() != "krbd" {
+		t.Skipf("read affinity is a krbd map option; the %s mounter does not take it (README, Flags)", mounter())
+	}
+	e := setup(t, "--crush-location-labels", "topology.kubernetes.io/zone,kubernetes.io/hostname",
+		"--node-labels", "topology.kubernetes.io/zone=zone-a,kubernetes.io/hostname=node-1")
+	c := blockCap(singleWriter)
+	for _, tc := range []struct {
+		name, mapOptions string
+		want, not        []string
+	}{
+		{"affinity", "", []string{"read_from_replica=localize", "crush_location=hostname:node-1|zone:zone-a"}, nil},
+		{"affinity-own", "krbd:read_from_replica=balance", []string{"read_from_replica=balance"}, []string{"zone-a"}},
+	} {
+		var params []string
+		if tc.mapOptions != "" {
+			params = []string{"mapOptions", tc.mapOptions}
+		}
+		v := e.createVolume(tc.name, 16*mib, c, params...)
+		staging := e.path(tc.name)
+		e.stage(v, staging, c)
+		infos, _ := filepath.Glob("/sys/bus/rbd/devices/*/config_info")
+		if len(infos) != 1 {
+			t.Fatalf("krbd devices: %v, want one", infos)
+		}
+		b, err := os.ReadFile(infos[0])
+		harness.Must(t, err, "read %s", infos[0])
+		for _, w := range tc.want {
+			if !strings.Contains(string(b), w) {
+				t.Errorf("%s: mapping %q lacks %q", tc.name, b, w)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(string(b), n) {
+				t.Errorf("%s: mapping %q has %q", tc.name, b, n)
+			}
+		}
+		e.unstage(v, staging)
+	}
+}

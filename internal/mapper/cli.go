@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -27,6 +29,9 @@ type rbdCLI struct {
 	// modprobe is tried once per process: a module that failed to load
 	// will not load on the next call either, and Supported stays cheap.
 	modprobe sync.Once
+	// readAffinity is the krbd options that make reads go to the
+	// nearest replica ("" without a crush location).
+	readAffinity string
 }
 
 // CLIOptions configure the krbd and nbd mappers.
@@ -35,6 +40,11 @@ type CLIOptions struct {
 	Keys   KeyDir
 	// SysRoot prefixes /sys and /dev paths (tests); empty means "/".
 	SysRoot string
+	// CrushLocation is this node's place in the CRUSH map (type -> bucket
+	// name, like zone -> zone-a): krbd then reads from the nearest replica
+	// (read_from_replica=localize), unless a StorageClass's map options
+	// choose read_from_replica themselves. nbd does not use it yet.
+	CrushLocation map[string]string
 }
 
 // NewKRBD returns the kernel RBD mapper.
@@ -66,7 +76,15 @@ func newCLI(name string, o CLIOptions, probe func(string) string) *rbdCLI {
 	if run == nil {
 		run = command.ExecRunner{}
 	}
-	return &rbdCLI{name: name, run: run, keys: o.Keys, sysRoot: root, probe: probe}
+	c := &rbdCLI{name: name, run: run, keys: o.Keys, sysRoot: root, probe: probe}
+	if name == KRBD && len(o.CrushLocation) > 0 {
+		var loc []string
+		for _, t := range slices.Sorted(maps.Keys(o.CrushLocation)) {
+			loc = append(loc, t+":"+o.CrushLocation[t])
+		}
+		c.readAffinity = "read_from_replica=localize,crush_location=" + strings.Join(loc, "|")
+	}
+	return c
 }
 
 func exists(root, rel string) bool {
@@ -138,7 +156,9 @@ func (c *rbdCLI) mapArgs(req MapRequest, keyFile string) []string {
 //     would wait for them forever; with noudev rbd watches sysfs itself.
 //   - ms_mode, when every monitor only speaks msgr2: the kernel client
 //     defaults to msgr1 and would not find a monitor at all ("failed to get
-//     mon address (possible ms_mode mismatch)").
+//     mon address (possible ms_mode mismatch)");
+//   - read affinity, when the node has a crush location and the options
+//     choose none (CLIOptions.CrushLocation).
 func (c *rbdCLI) options(req MapRequest) string {
 	if c.name != KRBD {
 		return req.Options
@@ -146,6 +166,9 @@ func (c *rbdCLI) options(req MapRequest) string {
 	opts := withUdevDefault(req.Options)
 	if !hasOption(opts, "ms_mode") && onlyMsgr2(req.MonHost) {
 		opts += ",ms_mode=prefer-crc"
+	}
+	if c.readAffinity != "" && !hasOption(opts, "read_from_replica") && !hasOption(opts, "crush_location") {
+		opts += "," + c.readAffinity
 	}
 	return opts
 }

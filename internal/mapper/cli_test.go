@@ -379,3 +379,28 @@ func fileMissing(path string) bool {
 	_, err := os.Stat(path)
 	return err != nil
 }
+
+// A node with a crush location makes krbd read from the nearest replica,
+// unless the StorageClass's map options choose read_from_replica or
+// crush_location; nbd is left as it is.
+func TestReadAffinity(t *testing.T) {
+	loc := map[string]string{"zone": "zone-a", "host": "node-1"}
+	krbd := newCLI(KRBD, CLIOptions{CrushLocation: loc}, nil)
+	req := mapReq()
+	if got := krbd.options(req); got != "noudev,ms_mode=prefer-crc,read_from_replica=localize,crush_location=host:node-1|zone:zone-a" {
+		t.Errorf("krbd options %q", got)
+	}
+	for _, own := range []string{"read_from_replica=balance", "crush_location=rack:r1"} {
+		req.Options = own
+		if got := krbd.options(req); strings.Contains(got, "localize") || strings.Contains(got, "zone-a") {
+			t.Errorf("the class's %s was overridden: %q", own, got)
+		}
+	}
+	req.Options = "try-netlink"
+	if got := newCLI(NBD, CLIOptions{CrushLocation: loc}, nil).options(req); got != "try-netlink" {
+		t.Errorf("nbd options %q", got)
+	}
+	if got := newCLI(KRBD, CLIOptions{}, nil).options(mapReq()); strings.Contains(got, "read_from_replica") {
+		t.Errorf("no crush location, yet %q", got)
+	}
+}
