@@ -45,6 +45,7 @@ type flags struct {
 	registry      *registryFlags
 	crashAt       string
 	metricsAddr   string
+	pprofAddr     string
 	node          *nodeFlags
 	topology      *topologyFlags
 	builtins      *builtinFlags
@@ -81,6 +82,7 @@ func parseFlags(args []string) (flags, error) {
 		f.ctrl.InstanceID = v
 		return nil
 	})
+	fs.StringVar(&f.pprofAddr, "pprof-address", "", "host:port to serve Go's profiles on, at /debug/pprof/ (e.g. 127.0.0.1:6060), to measure where time and memory go; empty (the default) turns it off")
 	fs.StringVar(&f.metricsAddr, "metrics-address", "", "host:port to serve Prometheus metrics on, at /metrics (e.g. :9809); empty turns metrics off")
 	f.node = addNodeFlags(fs)
 	f.registry = addRegistryFlags(fs)
@@ -151,6 +153,11 @@ func run(ctx context.Context, f flags) error {
 	clusters, err := config.LoadClusterMap(f.clusterConfig)
 	if err != nil {
 		return err
+	}
+	if f.pprofAddr != "" {
+		if _, err := servePprof(ctx, f.pprofAddr); err != nil {
+			return err
+		}
 	}
 	var interceptors []grpc.UnaryServerInterceptor
 	var observer rbd.Observer
