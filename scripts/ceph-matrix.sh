@@ -113,10 +113,11 @@ readonly RUN_SUITES='set -u; src=$1 bin=$2; shift 2; rc=0
 			echo "=== suite e2e/node without TestRadosNamespace (rbd-fuse --namespace $fuse_ns)"
 			skip+=(TestRadosNamespace)
 		fi
-		# The monitor of a cluster in another chroot lives in a PID
-		# namespace these tests cannot see, so they cannot pause it.
+		# The daemons of a cluster in another chroot live in a PID
+		# namespace these tests cannot see, so they cannot pause them.
 		if [ -n "${MATRIX_FOREIGN_MON:-}" ]; then
 			case $s in
+			contract) echo "=== suite e2e/contract without TestCloseWaitsForCallsInFlight (the OSDs run in another chroot)"; skip+=(TestCloseWaitsForCallsInFlight) ;;
 			controller) echo "=== suite e2e/controller without TestMonitorOutage (the monitor runs in another chroot)"; skip+=(TestMonitorOutage) ;;
 			node) echo "=== suite e2e/node without TestNodeStageMonitorOutage (the monitor runs in another chroot)"; skip+=(TestNodeStageMonitorOutage) ;;
 			esac
