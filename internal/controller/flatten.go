@@ -27,17 +27,16 @@ func newFlattener(c *Controller) *flattener {
 
 func (f *flattener) stop() { f.tasks.stop() }
 
-func flattenKey(pool rbd.Pool, image string) string { return poolKey(pool) + "/" + image }
 
 // busy reports whether a flatten of the image is running.
 func (f *flattener) busy(pool rbd.Pool, image string) bool {
-	return f.tasks.busy(flattenKey(pool, image))
+	return f.tasks.busy(poolImageKey(pool, image))
 }
 
 // start flattens the image unless that is running already. When it is
 // done the parent may be left without dependents and is reclaimed.
 func (f *flattener) start(pool rbd.Pool, image string, parent *rbd.Parent) {
-	f.tasks.start(flattenKey(pool, image), func(ctx context.Context) {
+	f.tasks.start(poolImageKey(pool, image), func(ctx context.Context) {
 		f.c.opts.Upkeep.BackgroundTasks("flatten", 1)
 		defer f.c.opts.Upkeep.BackgroundTasks("flatten", -1)
 		ctx, cancel := context.WithTimeout(ctx, flattenTimeout)

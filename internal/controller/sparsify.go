@@ -31,7 +31,7 @@ const sparsifyTimeout = 6 * time.Hour
 // requestSparsify starts the sparsify a request asks for, unless it is
 // done. The caller holds the volume's lock.
 func (c *Controller) requestSparsify(ctx context.Context, pool rbd.Pool, vol volid.Volume, request string) error {
-	key := poolKey(pool) + "/" + vol.Image
+	key := poolImageKey(pool, vol.Image)
 	if c.sparsifies.busy(key) {
 		return status.Errorf(codes.Aborted, "volume %s is being sparsified; the call succeeds once that is done", vol)
 	}
@@ -69,7 +69,7 @@ func (c *Controller) requestSparsify(ctx context.Context, pool rbd.Pool, vol vol
 
 // sparsifying refuses an attach while the volume is being sparsified.
 func (c *Controller) sparsifying(pool rbd.Pool, vol volid.Volume) error {
-	if c.sparsifies.busy(poolKey(pool) + "/" + vol.Image) {
+	if c.sparsifies.busy(poolImageKey(pool, vol.Image)) {
 		return status.Errorf(codes.Aborted, "volume %s is being sparsified; it can be attached once that is done", vol)
 	}
 	return nil

@@ -53,13 +53,17 @@ func poolKey(p rbd.Pool) string { return p.MonHost + "/" + p.Name + "/" + p.Name
 
 // imageKey is the try-lock a request holds while it creates the image or
 // snapshots it for a clone; the sweep takes it too.
-func imageKey(p rbd.Pool, image string) string { return "image/" + poolKey(p) + "/" + image }
+func imageKey(p rbd.Pool, image string) string { return "image/" + poolImageKey(p, image) }
+
+// poolImageKey names an image across clusters and pools: the key of its
+// background work (flatten, sparsify) and of the sweep's clean marks.
+func poolImageKey(p rbd.Pool, image string) string { return poolKey(p) + "/" + image }
 
 // touch forgets that an image was found clean: a request is changing it.
 func (s *sweeper) touch(p rbd.Pool, image string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.clean, poolKey(p)+"/"+image)
+	delete(s.clean, poolImageKey(p, image))
 	s.gen++
 }
 
@@ -210,7 +214,7 @@ func (s *sweeper) sweepHidden(ctx context.Context, pool rbd.Pool, name, id strin
 // sweepVolume removes a volume image nobody finished, or the temporary
 // snapshots a volume clone left on its source.
 func (s *sweeper) sweepVolume(ctx context.Context, pool rbd.Pool, name string) error {
-	key := poolKey(pool) + "/" + name
+	key := poolImageKey(pool, name)
 	clean, gen := s.isClean(key)
 	if clean {
 		return nil
