@@ -27,7 +27,6 @@ func newFlattener(c *Controller) *flattener {
 
 func (f *flattener) stop() { f.tasks.stop() }
 
-
 // busy reports whether a flatten of the image is running.
 func (f *flattener) busy(pool rbd.Pool, image string) bool {
 	return f.tasks.busy(poolImageKey(pool, image))
