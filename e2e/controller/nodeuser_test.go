@@ -21,13 +21,7 @@ import (
 func TestNodeUserCanOnlyHeartbeat(t *testing.T) {
 	e := setupAttach(t)
 	user := e.c.Name("rbdcsi-node-e2e")
-	_, err := e.c.Ceph("auth", "get-or-create", "client."+user,
-		"mon", "allow r", "osd", "allow rwx pool="+e.c.Pool+" object_prefix rbdcsi.nodes")
-	harness.Must(t, err, "create the node user")
-	t.Cleanup(func() { _, _ = e.c.Ceph("auth", "del", "client."+user) })
-	key, err := e.c.Ceph("auth", "print-key", "client."+user)
-	harness.Must(t, err, "the node user's key")
-	key = strings.TrimSpace(key)
+	key := e.c.NewUser(t, user, "mon", "allow r", "osd", "allow rwx pool="+e.c.Pool+" object_prefix rbdcsi.nodes")
 	dir := t.TempDir()
 	for name, v := range map[string]string{"userID": user, "userKey": key} {
 		harness.Must(t, os.WriteFile(filepath.Join(dir, name), []byte(v), 0o600), "write %s", name)

@@ -28,14 +28,9 @@ func TestTopologyConstrainedPools(t *testing.T) {
 	out, err = c.RBD("pool", "init", poolB)
 	harness.Must(t, err, "rbd pool init: %s", out)
 	// A user of both pools, as a class spanning zones needs.
-	user := c.Name("client.rbdcsi-zones")
-	out, err = c.Ceph("auth", "get-or-create", user, "mon", "profile rbd", "osd", "profile rbd pool="+c.Pool+", profile rbd pool="+poolB)
-	harness.Must(t, err, "ceph auth get-or-create: %s", out)
-	t.Cleanup(func() { _, _ = c.Ceph("auth", "del", user) })
-	key, err := c.Ceph("auth", "print-key", user)
-	harness.Must(t, err, "ceph auth print-key")
 	zones := c
-	zones.CSIUser, zones.CSIKey = strings.TrimPrefix(user, "client."), lastField(key)
+	zones.CSIUser = c.Name("rbdcsi-zones")
+	zones.CSIKey = c.NewUser(t, zones.CSIUser, "mon", "profile rbd", "osd", "profile rbd pool="+c.Pool+", profile rbd pool="+poolB)
 
 	e := startController(t, zones)
 	params := zones.Params("topologyConstrainedPools", `[{"poolName":"`+c.Pool+`","domainSegments":[{"domainLabel":"zone","value":"a"}]},
@@ -80,13 +75,4 @@ func TestTopologyConstrainedPools(t *testing.T) {
 	inZoneB(r)
 	_, err = create("topo-nowhere", &csi.TopologyRequirement{Requisite: []*csi.Topology{zone("c")}}, nil)
 	wantCode(t, err, codes.ResourceExhausted, "a zone no pool serves")
-}
-
-// lastField is the key `ceph auth print-key` prints (warnings may precede it).
-func lastField(s string) string {
-	f := strings.Fields(s)
-	if len(f) == 0 {
-		return ""
-	}
-	return f[len(f)-1]
 }

@@ -38,20 +38,12 @@ func (c Cluster) InNamespace(t *testing.T, ns string) Cluster {
 // anything is left in the namespace, then removes the namespace and user.
 func (c Cluster) Tenant(t *testing.T, ns string) Cluster {
 	t.Helper()
-	user := "client." + ns
 	out, err := c.RBD("namespace", "create", "--pool", c.Pool, "--namespace", ns)
 	Must(t, err, "rbd namespace create: %s", out)
-	out, err = c.Ceph("auth", "get-or-create", user, "mon", "profile rbd", "osd", "profile rbd pool="+c.Pool+" namespace="+ns)
-	Must(t, err, "ceph auth get-or-create: %s", out)
-	out, err = c.Ceph("auth", "print-key", user)
-	Must(t, err, "ceph auth print-key: %s", out)
-	fields := strings.Fields(out) // the key is the last word (warnings may precede it)
-	if len(fields) == 0 {
-		t.Fatal("ceph auth print-key printed nothing")
-	}
+	key := c.NewUser(t, ns, "mon", "profile rbd", "osd", "profile rbd pool="+c.Pool+" namespace="+ns)
 
 	tc := c.InNamespace(t, ns)
-	tc.CSIUser, tc.CSIKey = ns, fields[len(fields)-1]
+	tc.CSIUser, tc.CSIKey = ns, key
 
 	t.Cleanup(func() {
 		if left := tc.PoolLeaks(); len(left) > 0 {
@@ -65,9 +57,28 @@ func (c Cluster) Tenant(t *testing.T, ns string) Cluster {
 		if out, err := c.RBD("namespace", "remove", "--pool", c.Pool, "--namespace", ns); err != nil {
 			t.Errorf("rbd namespace remove: %v: %s", err, out)
 		}
-		if out, err := c.Ceph("auth", "rm", user); err != nil {
-			t.Errorf("ceph auth rm: %v: %s", err, out)
-		}
 	})
 	return tc
+}
+
+// NewUser makes the Ceph user client.<id> with caps (as `ceph auth
+// get-or-create` takes them) and returns its key; the user is removed
+// when the test ends, after the cleanups registered later.
+func (c Cluster) NewUser(t testing.TB, id string, caps ...string) string {
+	t.Helper()
+	entity := "client." + id
+	out, err := c.Ceph(append([]string{"auth", "get-or-create", entity}, caps...)...)
+	Must(t, err, "ceph auth get-or-create %s: %s", entity, out)
+	t.Cleanup(func() {
+		if out, err := c.Ceph("auth", "rm", entity); err != nil {
+			t.Errorf("ceph auth rm %s: %v: %s", entity, err, out)
+		}
+	})
+	out, err = c.Ceph("auth", "print-key", entity)
+	Must(t, err, "ceph auth print-key %s: %s", entity, out)
+	fields := strings.Fields(out) // the key is the last word (warnings may precede it)
+	if len(fields) == 0 {
+		t.Fatalf("ceph auth print-key %s printed nothing", entity)
+	}
+	return fields[len(fields)-1]
 }
