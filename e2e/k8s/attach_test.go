@@ -193,34 +193,7 @@ func startFakeNode(t *testing.T, k *kube) {
 		_ = os.RemoveAll(dir)
 	})
 
-	node := &kube{t: t, e: k.e} // cluster-scoped objects
-	node.apply(fmt.Sprintf(`
-apiVersion: v1
-kind: Node
-metadata:
-  name: %[1]s
-  labels: {kubernetes.io/hostname: %[1]s, rbdcsi-e2e: fake}
-  annotations:
-    volumes.kubernetes.io/controller-managed-attach-detach: "true"
-spec:
-  unschedulable: true
-  # Keeps the driver's DaemonSet away (its pods tolerate unschedulable).
-  taints:
-  - {key: rbdcsi-e2e/fake-node, value: "true", effect: NoSchedule}
----
-apiVersion: storage.k8s.io/v1
-kind: CSINode
-metadata:
-  name: %[1]s
-spec:
-  drivers:
-  - name: %[2]s
-    nodeID: %[1]s
-`, fakeNode, driverName))
-	t.Cleanup(func() {
-		node.runQuiet(time.Minute, "delete", "csinode", fakeNode, "--ignore-not-found")
-		node.runQuiet(time.Minute, "delete", "node", fakeNode, "--ignore-not-found")
-	})
+	k.fakeNode(fakeNode, nil)
 
 	// The heartbeat is written before the plugin serves.
 	eventually(t, shortWait, "the fake node's heartbeat", func() (bool, string) {

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	storagev1 "k8s.io/api/storage/v1"
 )
 
 // TestNonDefaultFeaturesAndMkfsOptions: a StorageClass of the user's own
@@ -18,17 +16,8 @@ import (
 // options (read from an rbd export once the volume is unstaged).
 func TestNonDefaultFeaturesAndMkfsOptions(t *testing.T) {
 	k := newKube(t, "classes")
-	var base storagev1.StorageClass
-	if !k.get(&base, "storageclass", "rbdcsi-ext4") {
-		t.Fatal("no StorageClass rbdcsi-ext4")
-	}
 	name := "rbdcsi-e2e-" + k.ns
-	var params []string
-	for key, v := range base.Parameters {
-		if strings.HasPrefix(key, "csi.storage.k8s.io/") || key == "clusterID" || key == "pool" {
-			params = append(params, fmt.Sprintf("  %s: %q", key, v))
-		}
-	}
+	params := k.shippedClassParams("clusterID", "pool")
 	t.Cleanup(func() {
 		k.runQuiet(5*time.Minute, "delete", "pods,pvc", "--all", "--wait=true", "--timeout=4m")
 		k.runQuiet(time.Minute, "delete", "storageclass", name, "--ignore-not-found")
@@ -43,7 +32,7 @@ parameters:
 %s
   imageFeatures: layering,exclusive-lock
   mkfsOptions: "-m 1 -L e2e-label -O ^metadata_csum"
-`, name, driverName, strings.Join(params, "\n")))
+`, name, driverName, params))
 	k.createPVC(pvcOpts{name: "data", class: name, size: "64Mi"})
 	pv := k.waitBound("data")
 	img := imageOf(t, pv)

@@ -5,7 +5,6 @@ package k8s
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -37,44 +36,8 @@ func TestTopologyConstrainedPools(t *testing.T) {
 		t.Fatalf("node %s is not labelled %s=zone-a by kubelet: %v", k.e.nodeName, zoneKey, node.Labels)
 	}
 
-	const fake = "rbdcsi-e2e-zone-b"
-	cluster := &kube{t: t, e: k.e}
-	cluster.apply(fmt.Sprintf(`
-apiVersion: v1
-kind: Node
-metadata:
-  name: %[1]s
-  labels: {kubernetes.io/hostname: %[1]s, topology.kubernetes.io/zone: zone-b, %[3]s: zone-b}
-spec:
-  unschedulable: true
-  taints:
-  - {key: rbdcsi-e2e/fake-node, value: "true", effect: NoSchedule}
----
-apiVersion: storage.k8s.io/v1
-kind: CSINode
-metadata:
-  name: %[1]s
-spec:
-  drivers:
-  - name: %[2]s
-    nodeID: %[1]s
-    topologyKeys: [%[3]s]
-`, fake, driverName, zoneKey))
-	t.Cleanup(func() {
-		cluster.runQuiet(time.Minute, "delete", "csinode", fake, "--ignore-not-found")
-		cluster.runQuiet(time.Minute, "delete", "node", fake, "--ignore-not-found")
-	})
-
-	var base storagev1.StorageClass
-	if !k.get(&base, "storageclass", "rbdcsi-ext4") {
-		t.Fatal("no StorageClass rbdcsi-ext4")
-	}
-	var params []string
-	for key, v := range base.Parameters {
-		if strings.HasPrefix(key, "csi.storage.k8s.io/") || key == "clusterID" {
-			params = append(params, fmt.Sprintf("  %s: %q", key, v))
-		}
-	}
+	k.fakeNode("rbdcsi-e2e-zone-b", map[string]string{"topology.kubernetes.io/zone": "zone-b", zoneKey: "zone-b"}, zoneKey)
+	params := k.shippedClassParams("clusterID")
 	class := func(name, zone, binding string) string {
 		name += "-" + k.ns
 		t.Cleanup(func() { k.runQuiet(time.Minute, "delete", "storageclass", name, "--ignore-not-found") })
@@ -88,7 +51,7 @@ volumeBindingMode: %s
 parameters:
 %s
   topologyConstrainedPools: '[{"poolName": "%s", "domainSegments": [{"domainLabel": "zone", "value": "%s"}]}]'
-`, name, driverName, binding, strings.Join(params, "\n"), pool, zone))
+`, name, driverName, binding, params, pool, zone))
 		return name
 	}
 	t.Cleanup(func() { k.runQuiet(5*time.Minute, "delete", "pods,pvc", "--all", "--wait=true", "--timeout=4m") })
