@@ -38,26 +38,41 @@ func (c *Controller) place(ctx context.Context, params config.Params, req *csi.C
 	if cs := req.GetVolumeContentSource(); cs != nil {
 		return c.placeWithSource(params, reqs, cs)
 	}
-	if existing, err := c.alreadyPlaced(ctx, params, req.GetSecrets(), image); err != nil || existing != nil {
-		if existing != nil && !servesAny(c.opts.DriverName, *existing, reqs.GetRequisite()) {
-			return nil, status.Errorf(codes.AlreadyExists, "volume %s already exists in pool %s, which serves %s, outside the requested topology %s", req.GetName(), existing.PoolName, segmentsText(existing.Segments(c.opts.DriverName)), topologiesText(reqs.GetRequisite()))
-		}
-		return c.placed(existing), err
+	wanted := slices.Concat(reqs.GetPreferred(), reqs.GetRequisite())
+	chosen := c.firstServing(params.TopologyPools, wanted)
+	skip := "" // CreateImage finds an image in the chosen pool itself
+	if chosen != nil {
+		skip = chosen.PoolName
 	}
-	for _, want := range append(reqs.GetPreferred(), reqs.GetRequisite()...) {
-		for _, p := range params.TopologyPools {
-			if p.Serves(c.opts.DriverName, want.GetSegments()) {
-				return c.placed(&p), nil
+	existing, err := c.alreadyPlaced(ctx, params, req.GetSecrets(), image, skip)
+	switch {
+	case err != nil:
+		return nil, err
+	case existing != nil && !servesAny(c.opts.DriverName, *existing, reqs.GetRequisite()):
+		return nil, status.Errorf(codes.AlreadyExists, "volume %s already exists in pool %s, which serves %s, outside the requested topology %s", req.GetName(), existing.PoolName, segmentsText(existing.Segments(c.opts.DriverName)), topologiesText(reqs.GetRequisite()))
+	case existing != nil:
+		return c.placed(existing), nil
+	case chosen != nil:
+		return c.placed(chosen), nil
+	case len(wanted) == 0 && params.Pool == "":
+		return nil, status.Errorf(codes.InvalidArgument, "the request carries no topology, and the StorageClass names no %s for such requests besides its %s (do the node plugins report --domain-labels?)", config.ParamPool, config.ParamTopologyConstrainedPools)
+	case len(wanted) == 0:
+		return nil, nil
+	}
+	return nil, status.Errorf(codes.ResourceExhausted, "no pool of the StorageClass's %s serves the requested topology %s (keys are topology.%s/<domainLabel>)", config.ParamTopologyConstrainedPools, topologiesText(wanted), c.opts.DriverName)
+}
+
+// firstServing is the first pool serving the first topology any pool
+// serves, in the CO's order (preferred, then requisite).
+func (c *Controller) firstServing(pools []config.TopologyPool, wanted []*csi.Topology) *config.TopologyPool {
+	for _, want := range wanted {
+		for i := range pools {
+			if pools[i].Serves(c.opts.DriverName, want.GetSegments()) {
+				return &pools[i]
 			}
 		}
 	}
-	if len(reqs.GetPreferred())+len(reqs.GetRequisite()) == 0 {
-		if params.Pool == "" {
-			return nil, status.Errorf(codes.InvalidArgument, "the request carries no topology, and the StorageClass names no %s for such requests besides its %s (is the external-provisioner's Topology feature gate on, and do the node plugins report --domain-labels?)", config.ParamPool, config.ParamTopologyConstrainedPools)
-		}
-		return nil, nil
-	}
-	return nil, status.Errorf(codes.ResourceExhausted, "no pool of the StorageClass's %s serves the requested topology %s (keys are topology.%s/<domainLabel>)", config.ParamTopologyConstrainedPools, topologiesText(append(reqs.GetPreferred(), reqs.GetRequisite()...)), c.opts.DriverName)
+	return nil
 }
 
 func (c *Controller) placed(p *config.TopologyPool) *placement {
@@ -99,9 +114,13 @@ func (c *Controller) placeWithSource(params config.Params, reqs *csi.TopologyReq
 	return nil, status.Errorf(codes.InvalidArgument, "a restore or clone stays in its source's pool %s, which is not among the StorageClass's %s; use a class that lists it", srcPool, config.ParamTopologyConstrainedPools)
 }
 
-// alreadyPlaced finds the pool an earlier attempt created the image in.
-func (c *Controller) alreadyPlaced(ctx context.Context, params config.Params, secrets map[string]string, image string) (*config.TopologyPool, error) {
+// alreadyPlaced finds the pool, other than skip, an earlier attempt
+// created the image in.
+func (c *Controller) alreadyPlaced(ctx context.Context, params config.Params, secrets map[string]string, image, skip string) (*config.TopologyPool, error) {
 	for _, p := range params.TopologyPools {
+		if p.PoolName == skip {
+			continue
+		}
 		pool, err := c.pool(params.ClusterID, p.PoolName, secrets, false)
 		if err != nil {
 			return nil, err
