@@ -88,10 +88,8 @@ func (c *Controller) ControllerModifyVolume(ctx context.Context, req *csi.Contro
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", id, err)
 	}
-	if meta := qosMetadata(merged, info.Size); len(meta) > 0 {
-		if err := c.backend.SetMetadata(ctx, pool, vol.Image, meta); err != nil {
-			return nil, c.writeStatus(pool, fmt.Errorf("setting the QoS of volume %s: %w", id, err))
-		}
+	if err := c.setChanged(ctx, pool, vol.Image, info.Metadata, qosMetadata(merged, info.Size)); err != nil {
+		return nil, c.writeStatus(pool, fmt.Errorf("setting the QoS of volume %s: %w", id, err))
 	}
 	klog.V(2).InfoS("modified volume", "volumeID", id, "qos", merged.String())
 	if sparsify != "" {
@@ -108,13 +106,22 @@ func (c *Controller) resizeQoS(ctx context.Context, pool rbd.Pool, image string,
 	if err != nil || !q.SizeDependent() {
 		return err
 	}
-	limits := q.Limits(size)
-	stale := false
-	for k, v := range limits {
-		stale = stale || info.Metadata[k] != v
+	return c.setChanged(ctx, pool, image, info.Metadata, q.Limits(size))
+}
+
+// setChanged writes the keys of meta whose values the image does not have
+// yet (have): a retried call, or one that changes nothing (the CO sends a
+// VolumeAttributesClass's every parameter, and retries a running
+// sparsify), writes nothing, and so succeeds on a full pool too.
+func (c *Controller) setChanged(ctx context.Context, pool rbd.Pool, image string, have, meta map[string]string) error {
+	changed := map[string]string{}
+	for k, v := range meta {
+		if have[k] != v {
+			changed[k] = v
+		}
 	}
-	if !stale { // an expand retried, or one to the size the volume has
+	if len(changed) == 0 {
 		return nil
 	}
-	return c.backend.SetMetadata(ctx, pool, image, limits)
+	return c.backend.SetMetadata(ctx, pool, image, changed)
 }

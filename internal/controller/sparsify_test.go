@@ -44,6 +44,11 @@ func TestSparsifyOnRequest(t *testing.T) {
 	if n := e.ceph.Sparsified(e.pool, image); n != 1 {
 		t.Fatalf("the same request ran again: %d runs", n)
 	}
+	// The class's parameters again change nothing, so nothing is written:
+	// the call succeeds on a full pool, where every write waits.
+	e.ceph.SetFull(poolName, true)
+	must(t, modify(map[string]string{"sparsify": "2026-11-25", "maxIops": "100"}), "the same parameters again, on a full pool")
+	e.ceph.SetFull(poolName, false)
 
 	must(t, e.ceph.SetMetadata(ctx(t), e.pool, image, map[string]string{attach.MetaPrefix + "node-a": "rw:SINGLE_NODE_WRITER"}), "attach record")
 	code(modify(map[string]string{"sparsify": "again"}), codes.FailedPrecondition, "attached")
