@@ -250,6 +250,19 @@ func ParseMkfsOptions(s string) ([]string, error) {
 	return strings.Fields(s), nil
 }
 
+// StorageClassParams lists every StorageClass parameter the driver takes
+// besides the reserved csi.storage.k8s.io/ keys (the Helm chart's schema
+// names the same: deploy/helm's test compares them).
+func StorageClassParams() []string {
+	return append([]string{ParamClusterID, ParamPool, ParamDataPool, ParamImageFeatures, ParamMounter,
+		ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions, ParamVolumeNamePrefix, ParamTopologyConstrainedPools},
+		QoSParams()...)
+}
+
+// MutableParams lists the parameters a VolumeAttributesClass may set
+// (ControllerModifyVolume).
+func MutableParams() []string { return append([]string{ParamSparsify}, QoSParams()...) }
+
 func knownParams() []string {
 	return []string{ParamClusterID, ParamPool, ParamDataPool, ParamImageFeatures, ParamFsType,
 		ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions, ParamStaticVolume, ParamVolumeNamePrefix,

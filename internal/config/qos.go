@@ -182,15 +182,18 @@ func DecodeQoS(s string) (QoS, error) {
 	return q, q.check()
 }
 
-// QoSParamNames lists the QoS parameters, for messages.
-func QoSParamNames() string {
-	var names []string
+// QoSParams lists the QoS parameters, sorted.
+func QoSParams() []string {
+	names := []string{ParamBaseVolSize}
 	for _, k := range qosKinds {
 		names = append(names, k.max, k.base, k.perGiB)
 	}
 	sort.Strings(names)
-	return strings.Join(append(names, ParamBaseVolSize), ", ")
+	return names
 }
+
+// QoSParamNames lists the QoS parameters, for messages.
+func QoSParamNames() string { return strings.Join(QoSParams(), ", ") }
 
 // KernelLimits are a volume's limits as cgroup v2's io.max takes them
 // (bytes and operations per second, read and write; 0: none), for krbd,
