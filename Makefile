@@ -17,7 +17,7 @@ GO_SOURCES := $(shell find cmd internal -name '*.go' 2>/dev/null) go.mod go.sum
 DEB_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-base ceph-common librbd-dev librados-dev rbd-fuse rbd-nbd \
 	e2fsprogs xfsprogs util-linux fuse3 kmod gcc libc6-dev pkg-config iproute2 procps uuid-runtime shellcheck ca-certificates
 
-.PHONY: all deps build test unit fuzz integration instances lint demo clean fresh
+.PHONY: all deps build test unit fuzz integration instances lint demo clean fresh helm-test
 all: build
 
 deps:
@@ -37,6 +37,7 @@ lint:
 	@bad=$$(gofmt -l cmd internal e2e deploy); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
 	go vet ./...
 	go vet -tags=$(CEPH_TAGS),e2e_k8s ./e2e/k8s/
+	go vet -tags=$(CEPH_TAGS),helm ./deploy/
 	shellcheck -x scripts/*.sh .ci/run
 	go run ./scripts/programs check
 
@@ -61,6 +62,15 @@ instances: build
 	scripts/with-cluster.sh scripts/instances.sh
 
 test: lint unit fuzz integration instances
+
+# The Helm chart (deploy/helm/rbdcsi): helm lint --strict, every value file
+# of deploy/helm/values rendered and decoded strictly, the same objects as
+# deploy/kubernetes for its settings, bad values refused by the schema.
+# helm is built from its Go module into the e2e cache (scripts/k8s-build.sh).
+HELM_CACHE ?= $(or $(RBDCSI_E2E_CACHE),/var/cache/rbdcsi-e2e)
+helm-test:
+	scripts/k8s-build.sh helm
+	RBDCSI_HELM=$(HELM_CACHE)/bin/helm go test -count=1 -tags=$(CEPH_TAGS),helm -run Helm ./deploy/
 
 demo: deps build
 	scripts/with-cluster.sh scripts/demo.sh

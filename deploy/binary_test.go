@@ -107,31 +107,43 @@ rbdplugin: flag: help requested
 func TestPluginFlagsExist(t *testing.T) {
 	flags := loadPluginFlags(t)
 	m := loadAll(t).inDir(kubernetesDir)
+	if checkPluginFlags(t, kubernetesDir, workloads(m), flags) == 0 {
+		t.Fatal("no plugin container found in deploy/kubernetes")
+	}
+}
+
+// checkPluginFlags checks the plugin containers of ws (where names their
+// source in messages) against the flags the binary defines, and returns how
+// many it checked. A plugin container is one running the plugin image or
+// named rbdplugin: the Helm chart may pull the image from a mirror.
+func checkPluginFlags(t *testing.T, where string, ws []workload, flags pluginFlags) int {
+	t.Helper()
 	seen := 0
-	for _, w := range workloads(m) {
-		for _, c := range containers(w.spec, pluginRepo) {
+	for _, w := range ws {
+		for _, c := range w.spec.Containers {
+			if repo, _ := imageRepo(c.Image); repo != pluginRepo && c.Name != "rbdplugin" {
+				continue
+			}
 			seen++
 			if len(c.Command) != 0 {
-				t.Errorf("%s/%s: sets command %v; the image's entrypoint is the plugin", w.name, c.Name, c.Command)
+				t.Errorf("%s: %s/%s: sets command %v; the image's entrypoint is the plugin", where, w.name, c.Name, c.Command)
 			}
 			args, err := flagArgs(c)
 			if err != nil {
-				t.Errorf("%s: %v", w.name, err)
+				t.Errorf("%s: %s: %v", where, w.name, err)
 				continue
 			}
 			for name := range args {
 				if _, ok := flags[name]; !ok {
-					t.Errorf("%s/%s: --%s is not a flag of rbdplugin", w.name, c.Name, name)
+					t.Errorf("%s: %s/%s: --%s is not a flag of rbdplugin", where, w.name, c.Name, name)
 				}
 			}
 			if d := args["drivername"]; d != "" && !validDriverName(d) {
-				t.Errorf("%s/%s: --drivername=%q is not a valid CSI driver name", w.name, c.Name, d)
+				t.Errorf("%s: %s/%s: --drivername=%q is not a valid CSI driver name", where, w.name, c.Name, d)
 			}
 		}
 	}
-	if seen == 0 {
-		t.Fatal("no plugin container found in deploy/kubernetes")
-	}
+	return seen
 }
 
 // validDriverName mirrors the CSI spec rule the plugin enforces.

@@ -10,12 +10,13 @@
 #     v4.13.0, csi-resizer v2.3.0, csi-snapshotter and snapshot-controller
 #     v8.7.0; the VolumeSnapshot CRDs of external-snapshotter's client module
 #   - crane (go-containerregistry) to pack OCI images
+#   - helm v4.3.1 (helm.sh/helm/v4), for the chart's tests and the Helm e2e
 #   - OCI image tarballs: pause (sandbox), busybox (test pods, Debian's
 #     busybox-static), one per sidecar (static binary, no base), and the
 #     plugin (Debian trixie's root with build/Dockerfile's runtime packages,
 #     scripts/rootfs.sh runtime, plus the plugin built against its librbd)
 #
-#   k8s-build.sh [all|cache|deps|kube|sidecars|tools|images|plugin-image]   (default: all;
+#   k8s-build.sh [all|cache|deps|kube|sidecars|tools|helm|images|plugin-image]   (default: all;
 #                cache: all but the plugin image, which needs this commit's plugin)
 #
 # Everything lands in $RBDCSI_E2E_CACHE (default /var/cache/rbdcsi-e2e),
@@ -37,6 +38,7 @@ readonly ATTACHER_VERSION=v4.13.0
 readonly RESIZER_VERSION=v2.3.0
 readonly SNAPSHOTTER_VERSION=v8.7.0
 readonly CRANE_VERSION=v0.22.1
+readonly HELM_VERSION=v4.3.1
 # Image references the e2e overlay (deploy/e2e) and the test pods use. Local
 # only: pods run them with imagePullPolicy Never.
 readonly PAUSE_IMAGE=localhost/rbdcsi-e2e/pause:3.10
@@ -178,7 +180,24 @@ build_sidecars() {
 	chmod -R u+w "$CACHE/crds"
 }
 
+# build_helm: `make helm-test` may run it while CI's background build does,
+# so one builds at a time and the other finds it cached.
+build_helm() {
+	local lock
+	mkdir -p "$BIN"
+	exec {lock}>"$CACHE/.helm.lock"
+	flock "$lock"
+	if ! fresh helm "helm $HELM_VERSION $(go env GOVERSION)" "$BIN/helm"; then
+		log "building helm $HELM_VERSION"
+		GOBIN=$BIN go install -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \
+			"helm.sh/helm/v4/cmd/helm@$HELM_VERSION" || die "building helm failed"
+		stamp helm "helm $HELM_VERSION $(go env GOVERSION)"
+	fi
+	exec {lock}>&-
+}
+
 build_tools() {
+	build_helm
 	if ! fresh crane "crane $CRANE_VERSION" "$BIN/crane"; then
 		log "building crane $CRANE_VERSION"
 		mkdir -p "$BIN"
@@ -343,6 +362,7 @@ main() {
 	kube) build_kube ;;
 	sidecars) build_sidecars ;;
 	tools) build_tools ;;
+	helm) build_helm ;;
 	images)
 		build_tools
 		build_static_images
@@ -369,7 +389,7 @@ main() {
 		build_plugin_image
 		;;
 	*)
-		echo "usage: $PROG [all|cache|deps|kube|sidecars|tools|images|plugin-image]" >&2
+		echo "usage: $PROG [all|cache|deps|kube|sidecars|tools|helm|images|plugin-image]" >&2
 		exit 2
 		;;
 	esac

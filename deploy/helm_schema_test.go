@@ -1,0 +1,234 @@
+//go:build helm
+
+// The chart's values: what the schema and the chart refuse, what the value
+// files of the test matrix lead to, and how the values' parameters match
+// the driver's.
+
+package deploy
+
+import (
+	"encoding/json"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	storagev1 "k8s.io/api/storage/v1"
+
+	"github.com/rbdcsi/rbdcsi/internal/config"
+)
+
+// TestHelmSchemaRefusesBadValues: each mistake below, laid over
+// helm/values/kubernetes.yaml, makes `helm template` fail with a message
+// that names it: values.schema.json for what a schema can say, the
+// chart's "rbdcsi.validate" template for what it cannot (cross-field
+// rules). The messages are logged so a reader can judge them.
+func TestHelmSchemaRefusesBadValues(t *testing.T) {
+	base := filepath.Join(helmValuesDir, "kubernetes.yaml")
+	for _, tc := range []struct {
+		name, values string
+		want         string // in helm's error output; "" for values that must pass
+	}{
+		{"valid overrides", `
+controller: {replicas: 1, leaderElection: {enabled: false}, extraArgs: ["--ceph-timeout=20s"]}
+storageClasses:
+  - {name: fast, pool: ssd, fsType: xfs, parameters: {mounter: nbd, maxIops: 2000, baseIops: "100"}}
+  - {name: zoned, parameters: {topologyConstrainedPools: '[{"poolName":"a"}]'}}
+volumeAttributesClasses: [{name: gold, parameters: {maxIops: "5000"}}]
+`, ""},
+		{"typo at the top", "controler: {replicas: 1}", "additional properties 'controler' not allowed"},
+		{"unknown controller key", "controller: {replica: 1}", "additional properties 'replica' not allowed"},
+		{"replicas not a number", "controller: {replicas: two}", "'/controller/replicas': got string, want integer"},
+		{"image tag latest", "images: {plugin: {tag: latest}}", "images.plugin.tag: \"latest\" is not a pinned version"},
+		{"StorageClass parameter typo", "storageClasses: [{name: a, pool: rbd, parameters: {imageFeature: layering}}]",
+			"additional properties 'imageFeature' not allowed"},
+		{"mounter rbd", "storageClasses: [{name: a, pool: rbd, parameters: {mounter: rbd}}]",
+			"'/storageClasses/0/parameters/mounter': value must be one of 'krbd', 'nbd', 'fuse'"},
+		{"fsType btrfs", "storageClasses: [{name: a, pool: rbd, fsType: btrfs}]",
+			"'/storageClasses/0/fsType': value must be one of 'ext4', 'xfs'"},
+		{"no clusters", "clusters: []", "'/clusters': minItems"},
+		{"nodeRegistry without a slash", "nodeRegistry: rbd", "'/nodeRegistry': 'rbd' does not match pattern"},
+		{"nodeRegistry of an unknown cluster", "nodeRegistry: other/rbd", `cluster "other" is not in clusters`},
+		{"clusterID twice", `clusters: [{clusterID: a, monitors: ["10.0.0.1"]}, {clusterID: a, monitors: ["10.0.0.2"]}]
+nodeRegistry: a/rbd`, `clusterID "a" is listed twice`},
+		{"bogus default mounter", "node: {defaultMounter: bogus}", "'/node/defaultMounter': value must be one of"},
+		{"two replicas without leader election", "controller: {replicas: 2, leaderElection: {enabled: false}}",
+			"controller.replicas > 1 needs controller.leaderElection.enabled"},
+		{"StorageClass of an unknown cluster", "storageClasses: [{name: a, clusterID: nope, pool: rbd}]",
+			`storageClasses a: clusterID "nope" is not in clusters`},
+		{"created Secret without a key", `secrets: {controller: {create: true, userKey: ""}}`,
+			"secrets.controller: create is true, so userID and userKey are needed"},
+		{"StorageClass without a pool", "storageClasses: [{name: a}]",
+			"storageClasses a: needs pool, or parameters.topologyConstrainedPools"},
+		{"negative QoS limit", "storageClasses: [{name: a, pool: rbd, parameters: {maxIops: -5}}]",
+			"'/storageClasses/0/parameters/maxIops': minimum: got -5, want 0"},
+		{"extraArgs not a flag", "controller: {extraArgs: [foo]}", "'/controller/extraArgs/0': 'foo' does not match pattern"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "values.yaml")
+			if err := os.WriteFile(file, []byte(tc.values+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, stderr, err := helmTemplate(t, base, file)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("helm template refused valid values: %v\n%s", err, stderr)
+			case tc.want == "":
+				return
+			case err == nil:
+				t.Fatalf("helm template accepted:\n%s", tc.values)
+			case !strings.Contains(stderr, tc.want):
+				t.Errorf("helm's message lacks %q:\n%s", tc.want, stderr)
+			}
+			t.Logf("helm says: %s", strings.TrimSpace(stderr))
+		})
+	}
+}
+
+// TestHelmSchemaNamesDriverParams: the schema lists exactly the parameters
+// the driver takes, so it neither refuses a valid one nor lets a typo
+// through to CreateVolume, and a new driver parameter fails here until the
+// schema names it.
+func TestHelmSchemaNamesDriverParams(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(helmChart, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root map[string]any
+	if err := json.Unmarshal(data, &root); err != nil {
+		t.Fatalf("values.schema.json: %v", err)
+	}
+	class := schemaAt(t, root, "properties", "storageClasses", "items", "properties")
+	got := slices.Collect(maps.Keys(schemaAt(t, root, "properties", "storageClasses", "items", "properties",
+		"parameters", "properties")))
+	// clusterID and pool are fields of a class entry, not of its parameters.
+	for _, k := range []string{config.ParamClusterID, config.ParamPool} {
+		if _, ok := class[k]; !ok {
+			t.Errorf("schema: storageClasses items have no %s", k)
+		}
+		got = append(got, k)
+	}
+	sameNames(t, "storageClasses parameters", got, config.StorageClassParams())
+	vac := schemaAt(t, root, "properties", "volumeAttributesClasses", "items", "properties", "parameters", "properties")
+	sameNames(t, "volumeAttributesClasses parameters", slices.Collect(maps.Keys(vac)), config.MutableParams())
+}
+
+// schemaAt walks the schema from root along keys, following
+// "$ref": "#/definitions/<name>" wherever one stands.
+func schemaAt(t *testing.T, root map[string]any, keys ...string) map[string]any {
+	t.Helper()
+	node := root
+	for i, k := range keys {
+		next, ok := deref(t, root, node)[k].(map[string]any)
+		if !ok {
+			t.Fatalf("schema: no object at %s", strings.Join(keys[:i+1], "."))
+		}
+		node = next
+	}
+	return deref(t, root, node)
+}
+
+func deref(t *testing.T, root, node map[string]any) map[string]any {
+	t.Helper()
+	for range 10 { // a bound, against a $ref cycle
+		ref, ok := node["$ref"].(string)
+		if !ok {
+			return node
+		}
+		name, ok := strings.CutPrefix(ref, "#/definitions/")
+		defs, _ := root["definitions"].(map[string]any)
+		if node, _ = defs[name].(map[string]any); !ok || node == nil {
+			t.Fatalf("schema: $ref %q does not name a definition", ref)
+		}
+	}
+	t.Fatal("schema: $ref chain longer than 10")
+	return nil
+}
+
+// sameNames reports the names only the schema has and those only the
+// driver has.
+func sameNames(t *testing.T, what string, schema, driver []string) {
+	t.Helper()
+	for _, k := range schema {
+		if !slices.Contains(driver, k) {
+			t.Errorf("%s: the schema names %q, which the driver does not take", what, k)
+		}
+	}
+	for _, k := range driver {
+		if !slices.Contains(schema, k) {
+			t.Errorf("%s: the driver takes %q, which the schema does not name", what, k)
+		}
+	}
+	if len(schema) == 0 {
+		t.Errorf("%s: the schema names none", what)
+	}
+}
+
+// checkClassParams holds the classes' parameters against the driver's own
+// parser, so a value the schema lets through but the driver refuses at
+// CreateVolume fails here instead.
+func checkClassParams(t *testing.T, r *rendered) {
+	t.Helper()
+	scs, _ := all[*storagev1.StorageClass](r.manifests)
+	for _, sc := range scs {
+		// ParseParams accepts the reserved csi.storage.k8s.io/ keys (and
+		// checks the fstype among them), so the whole map goes in.
+		if _, err := config.ParseParams(sc.Parameters); err != nil {
+			t.Errorf("StorageClass %s: %v", sc.Name, err)
+		}
+	}
+	mutable := config.MutableParams()
+	vacs, _ := all[*storagev1.VolumeAttributesClass](r.manifests)
+	for _, vac := range vacs {
+		for k := range vac.Parameters {
+			if !slices.Contains(mutable, k) {
+				t.Errorf("VolumeAttributesClass %s: parameter %q is not one of %v", vac.Name, k, mutable)
+			}
+		}
+	}
+}
+
+// helmSanity holds cheap checks that a value file's settings took effect,
+// by the file's name.
+var helmSanity = map[string]func(*testing.T, *rendered){
+	"full.yaml": func(t *testing.T, r *rendered) {
+		want := "/var/lib/k0s/kubelet/plugins/rbd.example.org/csi.sock"
+		registers := false
+		for _, w := range workloads(r.manifests) {
+			for _, c := range w.spec.Containers {
+				if n := imageName(c.Image); n == "csi-node-driver-registrar" || n == "livenessprobe" {
+					t.Errorf("%s: runs %s (%s), which full.yaml turns off", w.name, c.Name, c.Image)
+				}
+				registers = registers || c.Name == "rbdplugin" && mustFlags(t, c)["kubelet-registration-path"] == want
+			}
+		}
+		if !registers {
+			t.Errorf("no rbdplugin container has --kubelet-registration-path=%s", want)
+		}
+		if len(r.monitors) != 2 {
+			t.Errorf("%d ServiceMonitors, want 2 (controller and node)", len(r.monitors))
+		}
+	},
+	"minimal.yaml": func(t *testing.T, r *rendered) {
+		scs, _ := all[*storagev1.StorageClass](r.manifests)
+		defaults := 0
+		for _, sc := range scs {
+			if sc.Annotations["storageclass.kubernetes.io/is-default-class"] == "true" {
+				defaults++
+			}
+		}
+		if defaults != 1 {
+			t.Errorf("%d default StorageClasses, want 1", defaults)
+		}
+	},
+}
+
+// imageName is the last path element of an image, without tag or digest.
+func imageName(image string) string {
+	repo, _, _ := strings.Cut(image, "@")
+	repo, _ = imageRepo(repo)
+	return path.Base(repo)
+}
