@@ -4,10 +4,16 @@
 # (scripts/k8s-build.sh), boots a throwaway Ceph cluster
 # (scripts/ceph-cluster.sh) and a single-node Kubernetes
 # (scripts/k8s-node.sh), `kubectl apply -k` the deploy/e2e overlay of
-# deploy/kubernetes, runs the scenarios of e2e/k8s, and always tears
-# everything down, also on failure or interrupt.
+# deploy/kubernetes, runs the scenarios of e2e/k8s, then removes the driver
+# and installs it again with `helm install` (deploy/helm/rbdcsi) for the
+# Helm pass: the volume scenarios, an upgrade and a rollback under a mounted
+# volume, and an uninstall that leaves nothing. It always tears everything
+# down, also on failure or interrupt.
 #
 #   scripts/k8s-e2e.sh [go test flags, e.g. -run TestSnapshot]
+#
+# E2E_PASSES: "kustomize helm" (the default), or one of them. Flags given
+# apply to both passes (a -run given replaces the Helm pass's list).
 #
 # Environment: RBDCSI_E2E_CACHE (build cache, default /var/cache/rbdcsi-e2e),
 # E2E_ARTIFACTS (where logs go on failure, default /tmp/rbdcsi-e2e-artifacts),
@@ -40,6 +46,10 @@ teardown() {
 			"$k" delete volumeattachments --all --wait=true --timeout=60s >/dev/null 2>&1 || true
 			"$k" wait --for=delete pv --all --timeout=120s >/dev/null 2>&1 || true
 			"$k" delete -k "$work/deploy/e2e" --wait=true --timeout=120s >/dev/null 2>&1 || true
+			if [[ -x $work/helm.sh ]]; then
+				"$work/helm.sh" uninstall rbdcsi --namespace rbdcsi --wait --timeout 120s >/dev/null 2>&1 || true
+				"$k" delete namespace rbdcsi --wait=true --timeout=120s >/dev/null 2>&1 || true
+			fi
 		fi
 	fi
 	"$ROOT/scripts/k8s-node.sh" down "$work/node" || log "node teardown reported an error"
@@ -141,9 +151,67 @@ main() {
 
 	export RBDCSI_E2E_K8S=1 E2E_CLUSTER_CONFIG=$work/deploy/e2e/local/cluster-config.json
 	export E2E_RBDPLUGIN=$ROOT/bin/rbdplugin E2E_WORK=$work
-	(cd "$ROOT" && go test -tags="$("$ROOT/build/ceph-tags.sh"),e2e_k8s" -count=1 -timeout 45m -v ./e2e/k8s/ "$@") || rc=$?
-	log "tests finished (exit $rc) after $((SECONDS - t0)) s"
+	local passes=${E2E_PASSES:-kustomize helm}
+	if [[ $passes == *kustomize* ]]; then
+		(cd "$ROOT" && go_test -skip Helm "$@") || rc=$?
+		log "kustomize pass finished (exit $rc) after $((SECONDS - t0)) s"
+	fi
+	if [[ $passes == *helm* ]] && ((rc == 0)); then
+		helm_pass "$work" "$@" || rc=$?
+		log "Helm pass finished (exit $rc) after $((SECONDS - t0)) s"
+	fi
 	return "$rc"
+}
+
+go_test() {
+	go test -tags="$("$ROOT/build/ceph-tags.sh"),e2e_k8s" -count=1 -timeout 45m -v ./e2e/k8s/ "$@"
+}
+
+# helm_pass WORK [go test flags] (called in an || list, where set -e is
+# off: every step dies on its own failure): replaces the kustomize install by a Helm
+# release of deploy/helm/rbdcsi with deploy/e2e/helm-values.yaml, and runs
+# the volume scenarios, the upgrade and the uninstall on it.
+helm_pass() {
+	local work=$1 t0=$SECONDS i
+	shift
+	local cache=${RBDCSI_E2E_CACHE:-/var/cache/rbdcsi-e2e}
+	printf '#!/bin/sh\nexec %q --kubeconfig %q "$@"\n' "$cache/bin/helm" "$KUBECONFIG" >"$work/helm.sh"
+	chmod +x "$work/helm.sh"
+	"$KUBECTL" delete -k "$work/deploy/e2e" --wait=true --timeout=180s || die "deleting the kustomize install failed"
+	for ((i = 0; i < 120; i++)); do
+		[[ $("$KUBECTL" get csinode "$E2E_NODE_NAME" -o jsonpath='{.spec.drivers[*].name}' 2>/dev/null) != *rbd.csi.rbdcsi.dev* ]] && break
+		sleep 1
+	done
+	((i < 120)) || die "kubelet still lists the driver 120 s after the kustomize install was deleted"
+	log "kustomize install removed after $((SECONDS - t0)) s"
+
+	# What the admin makes before `helm install` (README): the release
+	# namespace, here "privileged" for the controller's host network, and
+	# the provisioner's Secret (the chart names it: create: false).
+	"$KUBECTL" create namespace rbdcsi || die "creating namespace rbdcsi failed"
+	"$KUBECTL" label namespace rbdcsi pod-security.kubernetes.io/enforce=privileged || die "labelling namespace rbdcsi failed"
+	"$KUBECTL" --namespace rbdcsi create secret generic rbdcsi-secret \
+		--from-file=userID="$work/deploy/e2e/local/userID" --from-file=userKey="$work/deploy/e2e/local/userKey" || die "creating Secret rbdcsi-secret failed"
+	# The local cluster's map and the node user's key, as values.
+	(
+		umask 077
+		printf 'clusters:\n  - clusterID: ceph1\n    monitors: ["%s"]\n' "$CEPH_MON_HOST"
+		printf 'secrets:\n  node:\n    userID: %s\n    userKey: %s\n' \
+			"$(<"$work/deploy/e2e/local/nodeUserID")" "$(<"$work/deploy/e2e/local/nodeUserKey")"
+	) >"$work/helm-local.yaml" || die "writing $work/helm-local.yaml failed"
+	"$work/helm.sh" install rbdcsi "$ROOT/deploy/helm/rbdcsi" --namespace rbdcsi \
+		-f "$ROOT/deploy/e2e/helm-values.yaml" -f "$work/helm-local.yaml" --wait --timeout 5m || die "helm install failed"
+	for ((i = 0; i < 120; i++)); do
+		[[ $("$KUBECTL" get csinode "$E2E_NODE_NAME" -o jsonpath='{.spec.drivers[*].name}' 2>/dev/null) == *rbd.csi.rbdcsi.dev* ]] && break
+		sleep 1
+	done
+	((i < 120)) || die "the Helm-installed node plugin did not register with kubelet within 120 s"
+	log "helm install done after $((SECONDS - t0)) s"
+
+	export RBDCSI_E2E_INSTALL=helm E2E_HELM=$work/helm.sh E2E_HELM_CHART=$ROOT/deploy/helm/rbdcsi
+	local run='^(TestDriverDeployed|TestFilesystemPersists|TestBlockVolume|TestSnapshotRestoreClone|TestOnlineExpansion'
+	run+='|TestHelmUpgradeUnderMountedVolume|TestZZCleanupLeavesNothing|TestZZZHelmUninstallLeavesNothing)$'
+	(cd "$ROOT" && go_test -run "$run" "$@")
 }
 
 finish() {

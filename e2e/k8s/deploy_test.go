@@ -14,7 +14,8 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 )
 
-// TestDriverDeployed: what `kubectl apply -k deploy/e2e` brought up works
+// TestDriverDeployed: what `kubectl apply -k deploy/e2e` (or the Helm
+// install with deploy/e2e/helm-values.yaml) brought up works
 // without the node-driver-registrar and livenessprobe sidecars: the node
 // plugin registered itself with kubelet (the CSINode lists the driver with
 // the node's ID), and the built-in /healthz of both plugins answers, as the
@@ -43,12 +44,13 @@ func TestDriverDeployed(t *testing.T) {
 		t.Errorf("registration socket: %v", err)
 	}
 
-	// The plugins run in the host network: their health ports are on the
-	// node's address.
+	// The plugins run in the host network, and each is asked where its
+	// liveness probe asks: the controller on its pod's (the node's)
+	// address, the node plugin on the host's loopback.
 	nodeIP := os.Getenv("E2E_NODE_IP")
 	client := &http.Client{Timeout: 10 * time.Second}
-	for what, port := range map[string]string{"controller": "9808", "node": "9818"} {
-		resp, err := client.Get("http://" + nodeIP + ":" + port + "/healthz")
+	for what, addr := range map[string]string{"controller": nodeIP + ":9808", "node": "127.0.0.1:9818"} {
+		resp, err := client.Get("http://" + addr + "/healthz")
 		if err != nil {
 			t.Errorf("%s /healthz: %v", what, err)
 			continue
