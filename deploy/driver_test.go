@@ -65,6 +65,9 @@ func TestCSIDriverSpec(t *testing.T) {
 		if s.FSGroupPolicy == nil || *s.FSGroupPolicy != storagev1.FileFSGroupPolicy {
 			t.Errorf("CSIDriver %s: fsGroupPolicy must be File", d.Name)
 		}
+		if s.RequiresRepublish == nil || !*s.RequiresRepublish {
+			t.Errorf("CSIDriver %s: requiresRepublish must be true (the republish re-attaches nbd volumes whose daemon died)", d.Name)
+		}
 		if !slices.Equal(s.VolumeLifecycleModes, []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}) {
 			t.Errorf("CSIDriver %s: volumeLifecycleModes = %v, want [Persistent]", d.Name, s.VolumeLifecycleModes)
 		}

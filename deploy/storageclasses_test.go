@@ -77,7 +77,7 @@ func TestStorageClasses(t *testing.T) {
 		if sc.AllowVolumeExpansion == nil || !*sc.AllowVolumeExpansion {
 			t.Errorf("StorageClass %s: allowVolumeExpansion must be true", sc.Name)
 		}
-		for _, op := range []string{"provisioner", "controller-publish", "node-stage", "controller-expand", "controller-modify"} {
+		for _, op := range []string{"provisioner", "controller-publish", "node-stage", "node-publish", "controller-expand", "controller-modify"} {
 			checkSecretRef(t, "StorageClass "+sc.Name, sc.Parameters, op, secrets)
 		}
 	}

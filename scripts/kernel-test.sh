@@ -124,9 +124,10 @@ log "clusters up on $NET.1 in network namespace $ns ($((SECONDS - t0)) s so far)
 # it but 16 parallel stages and the user without access (the host's fuse
 # run has them); nbd runs what its user-space daemon makes different
 # (mapping, data, growth, a killed plugin, a lost mapping, options, bad
-# input, the object map it keeps, journaling). KERNEL_TEST_FULL=1 runs everything with both.
-readonly NBD_TESTS='TestBlock|TestFilesystem|TestFstrimGivesSpaceBack|TestQoSInThePodCgroup|TestLibrbdQoSReachesAMappedVolume|TestOnlineGrowthUnderWrites|TestKilledBetweenStageAndUnstage|TestStagedVolumeLostOnReboot|TestMapOptions|TestBadInput|TestDefaultFeaturesMapAndTrackWrites|TestJournalingByMapper'
-readonly KRBD_SKIP='TestSixteenVolumesStagedInParallel|TestStageWithUserWithoutAccess'
+# input, the object map it keeps, journaling, the re-attach of a dead
+# daemon; krbd has no daemon to lose). KERNEL_TEST_FULL=1 runs everything with both.
+readonly NBD_TESTS='TestBlock|TestFilesystem|TestFstrimGivesSpaceBack|TestQoSInThePodCgroup|TestLibrbdQoSReachesAMappedVolume|TestOnlineGrowthUnderWrites|TestKilledBetweenStageAndUnstage|TestStagedVolumeLostOnReboot|TestMapOptions|TestBadInput|TestDefaultFeaturesMapAndTrackWrites|TestJournalingByMapper|TestNBDReattachAfterDaemonDied'
+readonly KRBD_SKIP='TestSixteenVolumesStagedInParallel|TestStageWithUserWithoutAccess|TestNBDReattachAfterDaemonDied'
 # tests MAPPER: go test's -run and -skip arguments.
 tests() {
 	if [[ -n ${KERNEL_TEST_RUN:-} ]]; then

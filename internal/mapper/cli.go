@@ -143,6 +143,9 @@ func (c *rbdCLI) mapArgs(req MapRequest, keyFile string) []string {
 	if req.ReadOnly {
 		args = append(args, "--read-only")
 	}
+	if c.name == NBD && req.Cookie != "" {
+		args = append(args, "--cookie="+req.Cookie)
+	}
 	args = append(args, "--pool="+req.Image.Pool)
 	if req.Image.Namespace != "" {
 		args = append(args, "--namespace="+req.Image.Namespace)
@@ -150,7 +153,8 @@ func (c *rbdCLI) mapArgs(req MapRequest, keyFile string) []string {
 	return append(args, "--image="+req.Image.Name)
 }
 
-// options are the mapOptions, plus for krbd:
+// options are the mapOptions, plus for nbd what a re-attach needs
+// (nbdOptions), and for krbd:
 //   - noudev, unless the options say udev or noudev: the node plugin runs in
 //     a container, where udev's events need not reach it and `rbd device map`
 //     would wait for them forever; with noudev rbd watches sysfs itself.
@@ -160,8 +164,8 @@ func (c *rbdCLI) mapArgs(req MapRequest, keyFile string) []string {
 //   - read affinity, when the node has a crush location and the options
 //     choose none (CLIOptions.CrushLocation).
 func (c *rbdCLI) options(req MapRequest) string {
-	if c.name != KRBD {
-		return req.Options
+	if c.name == NBD {
+		return nbdOptions(req.Options)
 	}
 	opts := withUdevDefault(req.Options)
 	if !hasOption(opts, "ms_mode") && onlyMsgr2(req.MonHost) {

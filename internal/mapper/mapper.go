@@ -70,6 +70,10 @@ type MapRequest struct {
 	// for `rbd device map -o` (ignored by fuse, which has none).
 	Options  string
 	ReadOnly bool
+	// Cookie names the mapping for a later re-attach (nbd: rbd-nbd's
+	// --cookie; the others ignore it). Not a secret: it only keeps a new
+	// daemon from attaching another image to the device.
+	Cookie string
 }
 
 // UnmapRequest names what to unmap. Device may be empty (a crash before it

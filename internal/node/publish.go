@@ -26,7 +26,8 @@ func (n *Node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 		return nil, err
 	}
 	defer release()
-	if err := n.checkStagedFor(ctx, rec, id, req.GetStagingTargetPath(), capSpec); err != nil {
+	heal := healSource{secrets: req.GetSecrets(), volCtx: req.GetVolumeContext(), call: "NodePublishVolume"}
+	if err := n.checkStagedFor(ctx, rec, id, req.GetStagingTargetPath(), capSpec, heal); err != nil {
 		return nil, err
 	}
 	t := target{Cap: capSpec, ReadOnly: req.GetReadonly() || capSpec.readerOnly()}
@@ -75,8 +76,10 @@ func checkPublish(req *csi.NodePublishVolumeRequest) (capSpec, error) {
 }
 
 // checkStagedFor refuses to publish a volume that is not staged at the
-// given path, as the same kind of volume, with its mount and mapping.
-func (n *Node) checkStagedFor(ctx context.Context, rec *record, id, staging string, c capSpec) error {
+// given path, as the same kind of volume, with its mount and mapping; an
+// nbd mapping that lost its daemon is re-attached first, where the call
+// brings the secrets for it.
+func (n *Node) checkStagedFor(ctx context.Context, rec *record, id, staging string, c capSpec, heal healSource) error {
 	switch {
 	case rec == nil || !rec.Staged:
 		return status.Errorf(codes.FailedPrecondition, "volume %s is not staged on this node; call NodeStageVolume first", id)
@@ -92,7 +95,7 @@ func (n *Node) checkStagedFor(ctx context.Context, rec *record, id, staging stri
 	// A record outlives a reboot; the mount and the mapping do not. Bind-
 	// mounting an empty staging directory would hand the pod a directory
 	// on the node's root disk.
-	if intact, err := n.stageIntact(ctx, rec, m); err != nil || !intact {
+	if intact, err := n.intactOrHealed(ctx, rec, m, heal); err != nil || !intact {
 		if err == nil {
 			err = status.Errorf(codes.FailedPrecondition, "volume %s lost its staging mount or mapping (node restarted?); stage it again", id)
 		}

@@ -51,7 +51,8 @@ func (n *Node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequ
 		return nil, err
 	}
 	if rec != nil && rec.Staged {
-		intact, err := n.stageIntact(ctx, rec, m)
+		heal := healSource{secrets: req.GetSecrets(), volCtx: req.GetVolumeContext(), call: "NodeStageVolume"}
+		intact, err := n.intactOrHealed(ctx, rec, m, heal)
 		if err != nil {
 			return nil, statusFor(err)
 		}
@@ -182,6 +183,7 @@ func (n *Node) stageAnew(ctx context.Context, a stageArgs, rec *record, m mapper
 	}
 	if err := n.stage(ctx, rec, m, a.params, mapper.MapRequest{
 		Image: img, MonHost: cluster.MonHost(), Cred: cred, Options: mapOpts, ReadOnly: a.cap.readerOnly(),
+		Cookie: nbdCookie(a.id),
 	}); err != nil {
 		n.undoStage(ctx, rec, m)
 		return statusFor(err)
