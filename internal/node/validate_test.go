@@ -139,7 +139,7 @@ func TestMkfsAndGrowArgs(t *testing.T) {
 		t.Errorf("ext4: %s %q", name, args)
 	}
 	name, args = mkfsArgs("xfs", nil, "/dev/rbd0")
-	if name != "mkfs.xfs" || !slices.Equal(args, []string{"-K", "/dev/rbd0"}) {
+	if name != "mkfs.xfs" || !slices.Equal(args, []string{"-K", "-l", "size=64m", "/dev/rbd0"}) {
 		t.Errorf("xfs: %s %q", name, args)
 	}
 	opts := []string{"-m1", "-L", "data"}
