@@ -65,7 +65,7 @@ func parseBlkid(out string) (string, error) {
 // mkfsArgs builds the mkfs argv: fast defaults unless the mkfsOptions
 // parameter says otherwise. No force flags: an existing filesystem has
 // already been ruled out by diskFormat, and mkfs.xfs checks once more.
-func mkfsArgs(fsType string, options []string, device string) (string, []string) {
+func mkfsArgs(fsType string, options []string, device string, devBytes int64) (string, []string) {
 	args := options
 	if len(args) == 0 {
 		switch fsType {
@@ -76,17 +76,24 @@ func mkfsArgs(fsType string, options []string, device string) (string, []string)
 			// few RBD objects (a 1 TiB mkfs touches 28 instead of 535).
 			args = []string{"-m0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1", "-G", "4096"}
 		case "xfs":
-			// No discard; a 64 MiB log whatever the size. mkfs.xfs zeroes
-			// its log, which it sizes with the filesystem (512 MiB at
-			// 1 TiB, 64 MiB up to ~100 GiB): a fixed one keeps a large
-			// volume's format as quick as a small one's, and xfs_growfs
-			// never grows the log, so a volume created small and expanded
-			// has this log anyway.
-			args = []string{"-K", "-l", "size=64m"}
+			args = []string{"-K"} // no discard
+			// A 64 MiB log whatever the size. mkfs.xfs zeroes its log,
+			// which it sizes with the filesystem (512 MiB at 1 TiB, 64 MiB
+			// from its 300 MiB minimum to ~100 GiB): a fixed one keeps a
+			// large volume's format as quick as a small one's, and
+			// xfs_growfs never grows the log, so a volume created small
+			// and expanded has this log anyway. Below 1 GiB mkfs.xfs's own
+			// choice is the same, and its own words for a volume too small.
+			if devBytes >= xfsFixedLogFrom {
+				args = append(args, "-l", "size=64m")
+			}
 		}
 	}
 	return "mkfs." + fsType, append(append([]string{}, args...), device)
 }
+
+// xfsFixedLogFrom is the device size from which xfs gets a fixed log.
+const xfsFixedLogFrom = 1 << 30
 
 // growArgs builds the online-grow command: resize2fs takes the device,
 // xfs_growfs the mount point.

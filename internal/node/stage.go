@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/rbdcsi/rbdcsi/internal/blockdev"
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/mapper"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
@@ -236,7 +237,13 @@ func (n *Node) mountStaging(ctx context.Context, rec *record, mkfsOptions []stri
 	case format == "" && rec.Cap.readerOnly():
 		return status.Errorf(codes.FailedPrecondition, "volume %s holds no filesystem and its access mode %s is read-only: it will not be formatted", rec.VolumeID, rec.Cap.AccessMode)
 	case format == "":
-		name, args := mkfsArgs(fsType, mkfsOptions, rec.Device)
+		var size int64 // only xfs's defaults depend on it
+		if fsType == "xfs" && len(mkfsOptions) == 0 {
+			if size, err = blockdev.Size(rec.Device); err != nil {
+				return fmt.Errorf("volume %s: %w", rec.VolumeID, err)
+			}
+		}
+		name, args := mkfsArgs(fsType, mkfsOptions, rec.Device, size)
 		klog.InfoS("formatting empty volume", "volumeID", rec.VolumeID, "device", rec.Device, "command", name, "args", args)
 		// runs: mkfs.ext4 mkfs.xfs (mkfsArgs)
 		if _, err := n.run.Run(ctx, name, args...); err != nil {

@@ -134,20 +134,25 @@ func TestParseBlkid(t *testing.T) {
 }
 
 func TestMkfsAndGrowArgs(t *testing.T) {
-	name, args := mkfsArgs("ext4", nil, "/dev/loop0")
+	name, args := mkfsArgs("ext4", nil, "/dev/loop0", 1<<30)
 	if name != "mkfs.ext4" || !slices.Equal(args, []string{"-m0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1", "-G", "4096", "/dev/loop0"}) {
 		t.Errorf("ext4: %s %q", name, args)
 	}
-	name, args = mkfsArgs("xfs", nil, "/dev/rbd0")
+	name, args = mkfsArgs("xfs", nil, "/dev/rbd0", 1<<40)
 	if name != "mkfs.xfs" || !slices.Equal(args, []string{"-K", "-l", "size=64m", "/dev/rbd0"}) {
-		t.Errorf("xfs: %s %q", name, args)
+		t.Errorf("xfs, 1 TiB: %s %q", name, args)
+	}
+	// Below 1 GiB mkfs.xfs picks 64 MiB itself, or says the volume is too
+	// small in its own words (a fixed log would say the log is too big).
+	if _, args = mkfsArgs("xfs", nil, "/dev/rbd0", 320<<20); !slices.Equal(args, []string{"-K", "/dev/rbd0"}) {
+		t.Errorf("xfs, 320 MiB: %q", args)
 	}
 	opts := []string{"-m1", "-L", "data"}
-	if _, args = mkfsArgs("ext4", opts, "/dev/rbd0"); !slices.Equal(args, []string{"-m1", "-L", "data", "/dev/rbd0"}) || len(opts) != 3 {
+	if _, args = mkfsArgs("ext4", opts, "/dev/rbd0", 1<<30); !slices.Equal(args, []string{"-m1", "-L", "data", "/dev/rbd0"}) || len(opts) != 3 {
 		t.Errorf("mkfsOptions: %q", args)
 	}
 	for _, fs := range []string{"ext4", "xfs"} {
-		_, args := mkfsArgs(fs, nil, "/dev/x")
+		_, args := mkfsArgs(fs, nil, "/dev/x", 1<<30)
 		if slices.Contains(args, "-F") || slices.Contains(args, "-f") {
 			t.Errorf("%s is forced: %q", fs, args)
 		}
