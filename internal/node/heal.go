@@ -73,6 +73,12 @@ func (n *Node) healOrphan(ctx context.Context, rec *record, m mapper.Mapper, src
 	if err != nil {
 		return false, status.Error(codes.InvalidArgument, err.Error())
 	}
+	// As a stage would: a single-node volume whose attachment moved to
+	// another node while this one had no daemon must not start writing
+	// from here again.
+	if err := n.checkAttached(ctx, vol, cluster, cred, rec.Cap.AccessMode); err != nil {
+		return false, err
+	}
 	klog.InfoS("re-attaching an nbd volume whose daemon is gone", "volumeID", rec.VolumeID, "device", rec.Device)
 	err = r.Reattach(ctx, mapper.MapRequest{
 		Image: rec.Image, MonHost: cluster.MonHost(), Cred: cred, Options: opts,
