@@ -1,0 +1,177 @@
+package kms
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// The KMS configuration is a JSON object (a ConfigMap's file, --kms-config)
+// from KMS ID, which StorageClasses name in encryptionKMSID, to where that
+// KMS's KEKs come from:
+//
+//	{"tenant-a": {"type": "secret", "keyPrefix": "encryptionKEK"}}
+//
+// Type "secret": the KEKs are keys of the Kubernetes Secret that carries
+// the call's Ceph credentials (the StorageClass's provisioner, node-stage
+// and controller-expand Secrets, and the controller's own): one key per KEK,
+// <keyPrefix>.<kekID>, holding at least 32 bytes of key material in base64,
+// and <keyPrefix>Current naming the KEK new wraps use (needed only while
+// there are several). Rotating: add the new KEK and point Current at it;
+// the controller re-wraps every DEK; remove the old one after.
+
+// ErrUnknownKMS: the StorageClass names a KMS ID the configuration lacks.
+var ErrUnknownKMS = errors.New("unknown KMS ID")
+
+// ErrMissingKEK: the secrets lack a KEK the call needs.
+var ErrMissingKEK = errors.New("key encryption key not available")
+
+// KMS types the configuration may name.
+const TypeSecret = "secret"
+
+// DefaultKeyPrefix names the KEKs in a Secret when the entry says nothing.
+const DefaultKeyPrefix = "encryptionKEK"
+
+// Entry is one KMS of the configuration.
+type Entry struct {
+	Type      string `json:"type"`
+	KeyPrefix string `json:"keyPrefix,omitempty"`
+}
+
+// Config maps KMS IDs to their entries.
+type Config map[string]Entry
+
+// ParseConfig reads and checks a KMS configuration; unknown fields are
+// refused, so a misspelt setting fails at start, not at the first volume.
+func ParseConfig(data []byte) (Config, error) {
+	// encoding/json matches field names without regard to case; the
+	// names are checked as written first.
+	var raw map[string]map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("KMS configuration: %w", err)
+	}
+	for id, fields := range raw {
+		for f := range fields {
+			if f != "type" && f != "keyPrefix" {
+				return nil, fmt.Errorf("KMS configuration: %.70s: unknown field %.40q (known: type, keyPrefix)", id, f)
+			}
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var c Config
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("KMS configuration: %w", err)
+	}
+	for id, e := range c {
+		if err := ValidKEKID(id); err != nil {
+			return nil, fmt.Errorf("KMS configuration: KMS ID: %w", err)
+		}
+		switch e.Type {
+		case TypeSecret:
+			if e.KeyPrefix != "" && !kekIDPattern.MatchString(e.KeyPrefix) {
+				return nil, fmt.Errorf("KMS configuration: %s: keyPrefix %.70q: want letters, digits, '_' or '-'", id, e.KeyPrefix)
+			}
+		default:
+			return nil, fmt.Errorf("KMS configuration: %s: type %.30q; this driver knows %q", id, e.Type, TypeSecret)
+		}
+	}
+	return c, nil
+}
+
+// Keys wraps and unwraps the DEKs of one KMS.
+type Keys interface {
+	// Current names the KEK Wrap uses; a DEK wrapped by another is due
+	// for a re-wrap.
+	Current() string
+	Wrap(ctx context.Context, dek []byte) (Wrapped, error)
+	Unwrap(ctx context.Context, w Wrapped) ([]byte, error)
+}
+
+// Open returns the keys of KMS id, from the call's secrets for type secret.
+// Errors name the KMS and the keys, never key material.
+func (c Config) Open(id string, secrets map[string]string) (Keys, error) {
+	e, ok := c[id]
+	if !ok {
+		known := slices.Sorted(maps.Keys(c))
+		return nil, fmt.Errorf("%w %.70q (configured: %s)", ErrUnknownKMS, id, strings.Join(known, ", "))
+	}
+	prefix := e.KeyPrefix
+	if prefix == "" {
+		prefix = DefaultKeyPrefix
+	}
+	return openSecretKeys(id, prefix, secrets)
+}
+
+// secretKeys are KEKs read from a Secret's keys.
+type secretKeys struct {
+	kms, prefix, current string
+	keks                 map[string][]byte
+}
+
+func openSecretKeys(kms, prefix string, secrets map[string]string) (*secretKeys, error) {
+	s := &secretKeys{kms: kms, prefix: prefix, keks: map[string][]byte{}}
+	for k, v := range secrets {
+		id, ok := strings.CutPrefix(k, prefix+".")
+		if !ok {
+			continue
+		}
+		if err := ValidKEKID(id); err != nil {
+			return nil, fmt.Errorf("KMS %s: secret key %s: %w", kms, k, err)
+		}
+		kek, err := base64.StdEncoding.DecodeString(strings.TrimSpace(v))
+		if err != nil {
+			return nil, fmt.Errorf("KMS %s: secret key %s is not base64", kms, k)
+		}
+		if len(kek) < MinKEKSize {
+			return nil, fmt.Errorf("KMS %s: secret key %s holds %d bytes; a KEK needs at least %d (head -c 32 /dev/urandom | base64)", kms, k, len(kek), MinKEKSize)
+		}
+		s.keks[id] = kek
+	}
+	ids := slices.Sorted(maps.Keys(s.keks))
+	switch cur := strings.TrimSpace(secrets[prefix+"Current"]); {
+	case cur != "":
+		if _, ok := s.keks[cur]; !ok {
+			return nil, fmt.Errorf("KMS %s: %sCurrent names key %.70q, which the secret lacks (it has: %s)", kms, prefix, cur, strings.Join(ids, ", "))
+		}
+		s.current = cur
+	case len(ids) == 1:
+		s.current = ids[0]
+	case len(ids) == 0:
+		// Unwrapping fails by name below; a call that needs to wrap
+		// fails here.
+	default:
+		return nil, fmt.Errorf("KMS %s: the secret holds keys %s; set %sCurrent to the one new volumes use", kms, strings.Join(ids, ", "), prefix)
+	}
+	return s, nil
+}
+
+func (s *secretKeys) Current() string { return s.current }
+
+func (s *secretKeys) Wrap(_ context.Context, dek []byte) (Wrapped, error) {
+	if s.current == "" {
+		return "", fmt.Errorf("KMS %s: %w: the secret has no %s.<id> key", s.kms, ErrMissingKEK, s.prefix)
+	}
+	return Wrap(s.current, s.keks[s.current], dek)
+}
+
+func (s *secretKeys) Unwrap(_ context.Context, w Wrapped) ([]byte, error) {
+	id := w.KEKID()
+	kek, ok := s.keks[id]
+	if !ok {
+		have := slices.Sorted(maps.Keys(s.keks))
+		return nil, fmt.Errorf("KMS %s: %w: the data key is wrapped by key %.70q, and the secret has no %s.%s (it has: %s)",
+			s.kms, ErrMissingKEK, id, s.prefix, id, strings.Join(have, ", "))
+	}
+	dek, err := Unwrap(w, kek)
+	if err != nil {
+		return nil, fmt.Errorf("KMS %s: %w", s.kms, err)
+	}
+	return dek, nil
+}

@@ -1,0 +1,115 @@
+package kms
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func testKEK(b byte) []byte { return bytes.Repeat([]byte{b}, MinKEKSize) }
+
+func TestWrapUnwrap(t *testing.T) {
+	dek, err := NewDEK()
+	if err != nil || len(dek) != DEKSize {
+		t.Fatalf("NewDEK: %d bytes, %v", len(dek), err)
+	}
+	w, err := Wrap("2026-11", testKEK(1), dek)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.KEKID() != "2026-11" || !strings.HasPrefix(string(w), "v1.2026-11.") {
+		t.Errorf("wrapped %q names key %q", w, w.KEKID())
+	}
+	got, err := Unwrap(w, testKEK(1))
+	if err != nil || !bytes.Equal(got, dek) {
+		t.Fatalf("Unwrap = %x, %v; want %x", got, err, dek)
+	}
+	// A fresh salt and nonce per wrap: the same DEK never wraps the same.
+	w2, _ := Wrap("2026-11", testKEK(1), dek)
+	if w2 == w {
+		t.Error("two wraps of one DEK are equal")
+	}
+	if _, err := Unwrap(w, testKEK(2)); !errors.Is(err, ErrWrongKEK) {
+		t.Errorf("another KEK: %v, want ErrWrongKEK", err)
+	}
+}
+
+// Any change to a wrapped DEK is refused, never turned into another key:
+// the sealed bytes, the salt, the nonce, and the KEK ID it names (bound
+// as additional data).
+func TestUnwrapRefusesTampering(t *testing.T) {
+	dek, _ := NewDEK()
+	w, err := Wrap("a", testKEK(1), dek)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.Split(string(w), ".")
+	flip := func(s string) string {
+		b := []byte(s)
+		if b[0] == 'A' {
+			b[0] = 'B'
+		} else {
+			b[0] = 'A'
+		}
+		return string(b)
+	}
+	for i, what := range []string{"", "key ID", "salt", "nonce", "sealed key"} {
+		if i == 0 {
+			continue
+		}
+		p := append([]string{}, parts...)
+		if i == 1 {
+			p[1] = "b"
+		} else {
+			p[i] = flip(p[i])
+		}
+		if got, err := Unwrap(Wrapped(strings.Join(p, ".")), testKEK(1)); err == nil {
+			t.Errorf("changed %s: unwrapped to %x", what, got)
+		}
+	}
+	for _, bad := range []string{"", "v1", "v2.a.x.y.z", "v1.a.b.c", "v1.a!.AA.AA.AA", string(w) + "."} {
+		if _, err := Unwrap(Wrapped(bad), testKEK(1)); err == nil {
+			t.Errorf("Unwrap(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestWrapRefusesWeakInput(t *testing.T) {
+	dek, _ := NewDEK()
+	for _, c := range []struct {
+		name, id string
+		kek, dek []byte
+	}{
+		{"short KEK", "a", make([]byte, MinKEKSize-1), dek},
+		{"short DEK", "a", testKEK(1), dek[:16]},
+		{"bad ID", "a.b", testKEK(1), dek},
+		{"empty ID", "", testKEK(1), dek},
+	} {
+		if _, err := Wrap(c.id, c.kek, c.dek); err == nil {
+			t.Errorf("%s: wrapped", c.name)
+		}
+	}
+}
+
+// FuzzUnwrap: no stored string, however malformed, panics Unwrap or opens
+// to a key without the KEK that wrapped it.
+func FuzzUnwrap(f *testing.F) {
+	dek := bytes.Repeat([]byte{7}, DEKSize)
+	w, err := Wrap("k", testKEK(1), dek)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(string(w))
+	f.Add("v1.k.AAAA.AAAA.AAAA")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := Unwrap(Wrapped(s), testKEK(2))
+		if err == nil {
+			t.Fatalf("Unwrap(%q) with a KEK that wrapped nothing gave %x", s, got)
+		}
+		if got, err := Unwrap(Wrapped(s), testKEK(1)); err == nil && s != string(w) && !bytes.Equal(got, dek) {
+			t.Fatalf("Unwrap(%q) opened to a key nobody wrapped: %x", s, got)
+		}
+	})
+}
