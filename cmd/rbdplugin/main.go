@@ -38,6 +38,7 @@ type flags struct {
 	driverName    string
 	mode          string
 	clusterConfig string
+	kmsConfig     string
 	secretDir     string
 	cephTimeout   time.Duration
 	grace         time.Duration
@@ -59,6 +60,7 @@ func parseFlags(args []string) (flags, error) {
 	fs.StringVar(&f.driverName, "drivername", DefaultDriverName, "CSI driver name, as in the CSIDriver object and StorageClasses")
 	fs.StringVar(&f.mode, "mode", "all", "services to run: controller, node or all")
 	fs.StringVar(&f.clusterConfig, "cluster-config", "/etc/rbdcsi/cluster-config.json", "JSON list of {clusterID, monitors[]}")
+	fs.StringVar(&f.kmsConfig, "kms-config", "", "JSON map from KMS ID (a StorageClass's encryptionKMSID) to where its key encryption keys come from (README, Encryption); empty: encrypted classes are refused")
 	fs.StringVar(&f.secretDir, "controller-secret-dir", "", "directory with userID and userKey files (a mounted Secret) for the controller calls that carry no secrets: ListVolumes, GetCapacity, ControllerGetVolume")
 	fs.DurationVar(&f.cephTimeout, "ceph-timeout", 10*time.Second, "bound on every Ceph operation")
 	fs.DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long in-flight calls may run after SIGTERM")
@@ -154,6 +156,10 @@ func run(ctx context.Context, f flags) error {
 	if err != nil {
 		return err
 	}
+	kmsConfig, err := loadKMSConfig(f.kmsConfig)
+	if err != nil {
+		return err
+	}
 	if f.pprofAddr != "" {
 		if _, err := servePprof(ctx, f.pprofAddr); err != nil {
 			return err
@@ -195,6 +201,7 @@ func run(ctx context.Context, f flags) error {
 		}
 		o := f.ctrl
 		o.Backend, o.Clusters, o.Credentials, o.Fault, o.Upkeep = backend, clusters, cred, fault, upkeep
+		o.KMS = kmsConfig
 		if nodes != nil {
 			o.Nodes = nodes
 		}

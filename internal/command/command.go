@@ -19,6 +19,13 @@ type Runner interface {
 	Run(ctx context.Context, name string, args ...string) ([]byte, error)
 }
 
+// InputRunner also feeds a command's standard input: the way a key
+// reaches a tool without a file or an argument that `ps` would show.
+type InputRunner interface {
+	Runner
+	RunInput(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error)
+}
+
 // DefaultTimeout bounds one external command when none is set.
 const DefaultTimeout = 60 * time.Second
 
@@ -30,6 +37,11 @@ type ExecRunner struct {
 
 // Run implements Runner.
 func (r ExecRunner) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return r.RunInput(ctx, nil, name, args...)
+}
+
+// RunInput implements InputRunner; nil stdin reads as empty.
+func (r ExecRunner) RunInput(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
 	timeout := r.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
@@ -38,6 +50,9 @@ func (r ExecRunner) Run(ctx context.Context, name string, args ...string) ([]byt
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = CleanEnv()
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
 	// A killed tool may leave a child holding its pipes; do not wait on it.
 	cmd.WaitDelay = 5 * time.Second
 	var stdout, stderr bytes.Buffer

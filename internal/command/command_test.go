@@ -70,3 +70,15 @@ func TestTail(t *testing.T) {
 		}
 	}
 }
+
+func TestRunInputFeedsStdin(t *testing.T) {
+	in := []byte{0, 1, 2, 'k', '\n', 255}
+	out, err := ExecRunner{}.RunInput(context.Background(), in, "od", "-An", "-tu1")
+	if err != nil || strings.Join(strings.Fields(string(out)), " ") != "0 1 2 107 10 255" {
+		t.Fatalf("RunInput = %q, %v", out, err)
+	}
+	// Without input the command reads end of file at once.
+	if out, err := (ExecRunner{}).Run(context.Background(), "wc", "-c"); err != nil || strings.TrimSpace(string(out)) != "0" {
+		t.Fatalf("Run without input = %q, %v", out, err)
+	}
+}

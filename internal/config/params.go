@@ -60,6 +60,8 @@ type Params struct {
 	// TopologyPools, when set, place a volume by its topology (topology.go);
 	// Pool is then the pool for requests that carry no topology, if any.
 	TopologyPools []TopologyPool
+	// Encryption of the volume (encryption.go).
+	Encryption Encryption
 }
 
 // Owner names the Kubernetes objects a volume was made for, from the
@@ -151,19 +153,19 @@ func parse(in map[string]string) (Params, error) {
 		switch k {
 		case ParamClusterID, ParamPool, ParamDataPool, ParamImageFeatures, ParamFsType,
 			ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions, ParamStaticVolume, ParamVolumeNamePrefix,
-			ParamTopologyConstrainedPools:
+			ParamTopologyConstrainedPools, ParamEncrypted, ParamEncryptionKMSID, ParamEncryptionAllowDiscards:
 		default:
 			if !strings.HasPrefix(k, ReservedPrefix) && !IsQoSParam(k) {
 				return Params{}, fmt.Errorf("unknown parameter %.60q (known: %s)", k, strings.Join(knownParams(), ", "))
 			}
 		}
 	}
-	switch in[ParamStaticVolume] {
-	case "", "false":
-	case "true":
-		p.Static = true
-	default:
-		return Params{}, fmt.Errorf("parameter %s: %.30q is neither \"true\" nor \"false\"", ParamStaticVolume, in[ParamStaticVolume])
+	var err error
+	if p.Static, err = parseBool(in, ParamStaticVolume); err != nil {
+		return Params{}, err
+	}
+	if p.Encryption, err = parseEncryption(in); err != nil {
+		return Params{}, err
 	}
 	if p.ClusterID == "" {
 		return Params{}, fmt.Errorf("parameter %q is required", ParamClusterID)
@@ -171,7 +173,6 @@ func parse(in map[string]string) (Params, error) {
 	if err := volid.ValidClusterID(p.ClusterID); err != nil {
 		return Params{}, fmt.Errorf("parameter %s: %w", ParamClusterID, err)
 	}
-	var err error
 	if p.TopologyPools, err = parseTopologyPools(in[ParamTopologyConstrainedPools]); err != nil {
 		return Params{}, err
 	}
@@ -237,6 +238,7 @@ func (p Params) VolumeContext() map[string]string {
 			ctx[k] = v
 		}
 	}
+	p.Encryption.context(ctx)
 	return ctx
 }
 
@@ -255,7 +257,8 @@ func ParseMkfsOptions(s string) ([]string, error) {
 // names the same: deploy/helm's test compares them).
 func StorageClassParams() []string {
 	return append([]string{ParamClusterID, ParamPool, ParamDataPool, ParamImageFeatures, ParamMounter,
-		ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions, ParamVolumeNamePrefix, ParamTopologyConstrainedPools},
+		ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions, ParamVolumeNamePrefix, ParamTopologyConstrainedPools,
+		ParamEncrypted, ParamEncryptionKMSID, ParamEncryptionAllowDiscards},
 		QoSParams()...)
 }
 
@@ -266,7 +269,7 @@ func MutableParams() []string { return append([]string{ParamSparsify}, QoSParams
 func knownParams() []string {
 	return []string{ParamClusterID, ParamPool, ParamDataPool, ParamImageFeatures, ParamFsType,
 		ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions, ParamStaticVolume, ParamVolumeNamePrefix,
-		ParamTopologyConstrainedPools, "the QoS parameters"}
+		ParamTopologyConstrainedPools, ParamEncrypted, ParamEncryptionKMSID, ParamEncryptionAllowDiscards, "the QoS parameters"}
 }
 
 func contains(list []string, s string) bool {

@@ -9,6 +9,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/kms"
 	"github.com/rbdcsi/rbdcsi/internal/lock"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
@@ -95,6 +96,9 @@ type Options struct {
 	// InstanceID scopes what the controller makes and finds in a pool to
 	// its own Kubernetes cluster (config.ValidInstanceID; "" the default).
 	InstanceID string
+	// KMS says where encrypted classes' key encryption keys come from
+	// (nil: encrypted classes are refused).
+	KMS kms.Config
 	// Fault, for crash tests only, is called at named points between the
 	// Ceph steps of an operation ("CreateSnapshot:claimed").
 	Fault func(point string)
