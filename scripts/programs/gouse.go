@@ -219,7 +219,8 @@ func (pkg *goPackage) scan(root string) ([]Use, []Problem) {
 
 // execArg returns the argument of call that names the program, if call
 // runs one: exec.Command(name, ...), exec.CommandContext(ctx, name, ...),
-// and <...>.run.Run(ctx, name, ...) on the project's Runner.
+// and <...>.run.Run(ctx, name, ...) or <...>.run.RunInput(ctx, stdin, name,
+// ...) on the project's Runner.
 func execArg(call *ast.CallExpr) (ast.Expr, bool) {
 	sel, ok := call.Fun.(*ast.SelectorExpr)
 	if !ok {
@@ -235,9 +236,12 @@ func execArg(call *ast.CallExpr) (ast.Expr, bool) {
 		if isIdent(sel.X, "exec") {
 			idx = 1
 		}
-	case "Run":
+	case "Run", "RunInput":
 		if recv := lastName(sel.X); strings.EqualFold(recv, "run") || strings.EqualFold(recv, "runner") {
 			idx = 1
+			if sel.Sel.Name == "RunInput" {
+				idx = 2
+			}
 		}
 	}
 	if idx < 0 || len(call.Args) <= idx {
@@ -246,12 +250,12 @@ func execArg(call *ast.CallExpr) (ast.Expr, bool) {
 	return call.Args[idx], true
 }
 
-// isRunnerMethod reports whether n is a Runner's own Run method, which
-// runs whatever program its caller names: the programs are found at the
-// callers' run.Run sites instead.
+// isRunnerMethod reports whether n is a Runner's own Run or RunInput
+// method, which runs whatever program its caller names: the programs are
+// found at the callers' run.Run and run.RunInput sites instead.
 func isRunnerMethod(n ast.Node) bool {
 	fn, ok := n.(*ast.FuncDecl)
-	return ok && fn.Recv != nil && fn.Name.Name == "Run"
+	return ok && fn.Recv != nil && (fn.Name.Name == "Run" || fn.Name.Name == "RunInput")
 }
 
 func isIdent(e ast.Expr, name string) bool {

@@ -49,7 +49,10 @@ import (
 
 const tool = "from-const"
 
-type runner interface{ Run(ctx context.Context, name string, args ...string) ([]byte, error) }
+type runner interface {
+	Run(ctx context.Context, name string, args ...string) ([]byte, error)
+	RunInput(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error)
+}
 
 type n struct{ run runner }
 
@@ -57,6 +60,7 @@ func (n n) direct(ctx context.Context) {
 	_ = exec.Command("from-literal").Run()
 	_ = exec.CommandContext(ctx, tool).Run()
 	_, _ = n.run.Run(ctx, "through-runner")
+	_, _ = n.run.RunInput(ctx, nil, "through-input")
 	name := "from-local"
 	if ctx == nil {
 		name = "from-local-too"
@@ -82,10 +86,15 @@ func admin(t string) { _ = exec.Command(t).Run() }
 
 func lookup() string { return "" }
 
-// A Runner's own Run runs what its callers name: no program of its own.
+// A Runner's own Run and RunInput run what their callers name: no
+// program of their own.
 type execRunner struct{}
 
-func (execRunner) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+func (r execRunner) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return r.RunInput(ctx, nil, name, args...)
+}
+
+func (execRunner) RunInput(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
 	return exec.CommandContext(ctx, name, args...).Output()
 }
 `,
@@ -97,7 +106,7 @@ func (execRunner) Run(ctx context.Context, name string, args ...string) ([]byte,
 	if len(probs) != 0 {
 		t.Fatalf("problems: %v", probs)
 	}
-	want := "from-closure from-const from-literal from-local from-local-too from-note from-param from-result through-runner"
+	want := "from-closure from-const from-literal from-local from-local-too from-note from-param from-result through-input through-runner"
 	if got := strings.Join(programs(uses), " "); got != want {
 		t.Errorf("programs = %s\nwant       %s", got, want)
 	}
