@@ -211,15 +211,15 @@ func run(ctx context.Context, f flags) error {
 	}
 	var topology map[string]string
 	if f.mode != "controller" {
-		var fence node.Fence
+		nb := nodeBackend{images: backend}
 		if f.registry.location != "" {
-			fence = backend
+			nb.fence = backend
 		}
 		var crush map[string]string
 		if topology, crush, err = f.topology.place(ctx, f.driverName, f.nodeID); err != nil {
 			return err
 		}
-		nodeSvc, nodeChecks, err := newNode(f, clusters, fence, topology, crush, fault)
+		nodeSvc, nodeChecks, err := newNode(f, clusters, nb, kmsConfig, topology, crush, fault)
 		if err != nil {
 			return err
 		}

@@ -18,6 +18,8 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/command"
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/driver"
+	"github.com/rbdcsi/rbdcsi/internal/kms"
+	"github.com/rbdcsi/rbdcsi/internal/luks"
 	"github.com/rbdcsi/rbdcsi/internal/mapper"
 	"github.com/rbdcsi/rbdcsi/internal/node"
 )
@@ -47,10 +49,17 @@ func addNodeFlags(fs *flag.FlagSet) *nodeFlags {
 	return f
 }
 
+// nodeBackend is what the node reads in Ceph: attachments (fence, only
+// with the node registry) and encrypted volumes' key records (images).
+type nodeBackend struct {
+	fence  node.Fence
+	images node.Images
+}
+
 // newNode builds the Node service and the health checks it adds to Probe.
 // With the node registry on, the controller records attachments, and the
 // node fences: it maps a single-node volume only where it is attached.
-func newNode(f flags, clusters *config.ClusterMap, fence node.Fence, topology, crush map[string]string, fault func(string)) (*node.Node, []driver.HealthCheck, error) {
+func newNode(f flags, clusters *config.ClusterMap, backend nodeBackend, kmsConfig kms.Config, topology, crush map[string]string, fault func(string)) (*node.Node, []driver.HealthCheck, error) {
 	nf := f.node
 	if !slices.Contains(config.Mounters, nf.defaultMounter) {
 		return nil, nil, fmt.Errorf("--default-mounter %q: want one of %s", nf.defaultMounter, strings.Join(config.Mounters, ", "))
@@ -96,9 +105,12 @@ func newNode(f flags, clusters *config.ClusterMap, fence node.Fence, topology, c
 		MaxVolumesPerNode: nf.maxVolumes,
 		Topology:          topology,
 		Clusters:          clusters,
-		Fence:             fence,
+		Fence:             backend.fence,
 		Fault:             fault,
 		CgroupRoot:        nf.cgroupRoot,
+		Crypt:             luks.New(luks.Options{Runner: run}),
+		Images:            backend.images,
+		KMS:               kmsConfig,
 	})
 	if err != nil {
 		return nil, nil, err
@@ -108,6 +120,9 @@ func newNode(f flags, clusters *config.ClusterMap, fence node.Fence, topology, c
 	defer cancel()
 	if err := mappers[nf.defaultMounter].Supported(ctx); err != nil {
 		klog.ErrorS(err, "the default mounter cannot work on this node; volumes must name another one", "defaultMounter", nf.defaultMounter)
+	}
+	if err := n.CloseStaleCrypt(ctx); err != nil {
+		klog.ErrorS(err, "closing dm-crypt devices a crash left open")
 	}
 	checks := []driver.HealthCheck{
 		func(context.Context) error { return stateDirWritable(nf.stateDir) },

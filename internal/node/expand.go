@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
+
+	"github.com/rbdcsi/rbdcsi/internal/blockdev"
 )
 
 // refreshTimeout bounds the wait for the device to show the new size.
@@ -49,17 +51,22 @@ func (n *Node) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRe
 	if err != nil {
 		return nil, statusFor(fmt.Errorf("volume %s: refreshing the size of %s: %w", rec.VolumeID, rec.Device, err))
 	}
+	if rec.Crypt != "" {
+		if size, err = n.resizeCrypt(ctx, rec); err != nil {
+			return nil, statusFor(err)
+		}
+	}
 	if rec.Cap.Block {
 		return &csi.NodeExpandVolumeResponse{CapacityBytes: size}, nil
 	}
-	ours, err := n.mountedFrom(rec.StagingPath, rec.Device, false)
+	ours, err := n.mountedFrom(rec.StagingPath, rec.dataDevice(), false)
 	if err != nil {
 		return nil, statusFor(err)
 	}
 	if !ours {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not mounted at its staging path %s; stage it again before expanding", rec.VolumeID, rec.StagingPath)
 	}
-	name, args, err := growArgs(rec.Cap.FsType, rec.Device, rec.StagingPath)
+	name, args, err := growArgs(rec.Cap.FsType, rec.dataDevice(), rec.StagingPath)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -72,6 +79,23 @@ func (n *Node) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRe
 		}
 		return nil, statusFor(fmt.Errorf("volume %s: growing the filesystem: %w", rec.VolumeID, err))
 	}
-	klog.V(2).InfoS("expanded volume on the node", "volumeID", rec.VolumeID, "device", rec.Device, "size", size)
+	klog.V(2).InfoS("expanded volume on the node", "volumeID", rec.VolumeID, "device", rec.dataDevice(), "size", size)
 	return &csi.NodeExpandVolumeResponse{CapacityBytes: size}, nil
+}
+
+// resizeCrypt grows an encrypted volume's dm-crypt device to fill the
+// mapped one (it was opened without the kernel keyring, so no key is
+// needed) and returns its new size: the volume's less the LUKS header.
+func (n *Node) resizeCrypt(ctx context.Context, rec *record) (int64, error) {
+	if n.crypt == nil {
+		return 0, fmt.Errorf("volume %s is encrypted, and this node plugin has no cryptsetup", rec.VolumeID)
+	}
+	if err := n.crypt.Resize(ctx, rec.Crypt); err != nil {
+		return 0, fmt.Errorf("volume %s: %w", rec.VolumeID, err)
+	}
+	size, err := blockdev.Size(rec.dataDevice())
+	if err != nil {
+		return 0, fmt.Errorf("volume %s: %w", rec.VolumeID, err)
+	}
+	return size, nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/command"
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/grpcerr"
+	"github.com/rbdcsi/rbdcsi/internal/kms"
 	"github.com/rbdcsi/rbdcsi/internal/lock"
 	"github.com/rbdcsi/rbdcsi/internal/mapper"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
@@ -71,6 +72,11 @@ type Options struct {
 	// the node its attachment record in Ceph names (the controller keeps
 	// them when it runs with the node registry).
 	Fence Fence
+	// Crypt, Images and KMS serve encrypted volumes (crypt.go); without
+	// them such volumes are refused.
+	Crypt  Crypt
+	Images Images
+	KMS    kms.Config
 	// CgroupRoot is the cgroup v2 hierarchy holding the pods' cgroups,
 	// where krbd volumes get their QoS limits (qos.go); "": none set.
 	CgroupRoot string
@@ -93,6 +99,9 @@ type Node struct {
 	fence          Fence
 	fault          func(string)
 	cgroupRoot     string
+	crypt          Crypt
+	images         Images
+	kms            kms.Config
 }
 
 // New returns a Node; it fails if the state directory cannot be used.
@@ -129,7 +138,7 @@ func New(o Options) (*Node, error) {
 	return &Node{
 		id: o.NodeID, mappers: o.Mappers, defaultMounter: o.DefaultMounter, mounter: mounter,
 		run: run, maxVolumes: o.MaxVolumesPerNode, topology: o.Topology, clusters: o.Clusters, store: st, locks: lock.New(), fence: o.Fence, fault: o.Fault,
-		cgroupRoot: o.CgroupRoot,
+		cgroupRoot: o.CgroupRoot, crypt: o.Crypt, images: o.Images, kms: o.KMS,
 	}, nil
 }
 

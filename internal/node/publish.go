@@ -113,7 +113,7 @@ func (n *Node) reconcileTarget(rec *record, path string, t target) (bool, error)
 		if !old.Cap.equal(t.Cap) || old.ReadOnly != t.ReadOnly {
 			return false, status.Errorf(codes.AlreadyExists, "volume %s is already published at %s with another capability or read-only flag", rec.VolumeID, path)
 		}
-		ours, err := n.mountedFrom(path, rec.Device, t.Cap.Block)
+		ours, err := n.mountedFrom(path, rec.dataDevice(), t.Cap.Block)
 		// Recorded but not mounted: an earlier attempt stopped half-way.
 		return ours, statusFor(err)
 	}
@@ -172,7 +172,7 @@ func (n *Node) bindMount(rec *record, path string, t target) error {
 	source := rec.StagingPath
 	opts := []string{"bind"}
 	if t.Cap.Block {
-		source = rec.Device
+		source = rec.dataDevice()
 	} else {
 		opts = append(opts, t.Cap.MountFlags...)
 	}
@@ -263,7 +263,7 @@ func (n *Node) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVo
 // recorded device, or (the record lost) any device mapped for its image.
 func (n *Node) targetIsOurs(ctx context.Context, rec *record, vol volid.Volume, path string) (bool, error) {
 	if rec != nil {
-		return n.mountedFrom(path, rec.Device, rec.Cap.Block)
+		return n.mountedFrom(path, rec.dataDevice(), rec.Cap.Block)
 	}
 	if mounted, err := n.isMountPoint(path); err != nil || !mounted {
 		return false, err

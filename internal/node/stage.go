@@ -77,11 +77,12 @@ type stageArgs struct {
 	vol         volid.Volume
 	params      config.Params
 	mounter     string // resolved under the volume's lock (stageMounter)
+	secrets     map[string]string
 }
 
 // checkStage validates a stage request before anything is locked or read.
 func (n *Node) checkStage(req *csi.NodeStageVolumeRequest) (stageArgs, error) {
-	a := stageArgs{id: req.GetVolumeId(), staging: req.GetStagingTargetPath()}
+	a := stageArgs{id: req.GetVolumeId(), staging: req.GetStagingTargetPath(), secrets: req.GetSecrets()}
 	if err := checkVolumePath(a.id, "staging target path", a.staging); err != nil {
 		return a, err
 	}
@@ -174,6 +175,11 @@ func (n *Node) stageAnew(ctx context.Context, a stageArgs, rec *record, m mapper
 	if err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
+	key, err := n.unlock(ctx, a.vol, cluster, cred, a.params.Encryption, a.secrets)
+	if err != nil {
+		return err
+	}
+	defer key.clear()
 	img := mapper.Image{ClusterID: a.vol.ClusterID, Pool: a.vol.Pool, Namespace: cluster.Namespace(), Name: a.vol.Image}
 	if rec == nil {
 		rec = &record{VolumeID: a.id, Image: img, Mounter: a.mounter, StagingPath: a.staging, Cap: a.cap}
@@ -182,7 +188,7 @@ func (n *Node) stageAnew(ctx context.Context, a stageArgs, rec *record, m mapper
 	if err := n.store.save(rec); err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
-	if err := n.stage(ctx, rec, m, a.params, mapper.MapRequest{
+	if err := n.stage(ctx, rec, m, a.params, key, mapper.MapRequest{
 		Image: img, MonHost: cluster.MonHost(), Cred: cred, Options: mapOpts, ReadOnly: a.cap.readerOnly(),
 		Cookie: nbdCookie(a.id),
 	}); err != nil {
@@ -193,8 +199,9 @@ func (n *Node) stageAnew(ctx context.Context, a stageArgs, rec *record, m mapper
 	return nil
 }
 
-// stage does the work: map, record the device, format if empty, mount.
-func (n *Node) stage(ctx context.Context, rec *record, m mapper.Mapper, params config.Params, mreq mapper.MapRequest) error {
+// stage does the work: map, record the device, open the encryption of an
+// encrypted volume (key), format if empty, mount.
+func (n *Node) stage(ctx context.Context, rec *record, m mapper.Mapper, params config.Params, key *volumeKey, mreq mapper.MapRequest) error {
 	dev, err := m.Map(ctx, mreq)
 	if err != nil {
 		if hinted := mreq.Cred.UnusableKey(err); hinted != err {
@@ -207,6 +214,11 @@ func (n *Node) stage(ctx context.Context, rec *record, m mapper.Mapper, params c
 		return err
 	}
 	n.fault("NodeStage:mapped")
+	if key != nil {
+		if err := n.openCrypt(ctx, rec, key); err != nil {
+			return err
+		}
+	}
 	if !rec.Cap.Block {
 		if err := n.mountStaging(ctx, rec, params.MkfsOptions); err != nil {
 			return err
@@ -219,7 +231,8 @@ func (n *Node) stage(ctx context.Context, rec *record, m mapper.Mapper, params c
 // mountStaging formats the device if (and only if) it holds nothing, then
 // mounts it at the staging path.
 func (n *Node) mountStaging(ctx context.Context, rec *record, mkfsOptions []string) error {
-	if ours, err := n.mountedFrom(rec.StagingPath, rec.Device, false); err != nil || ours {
+	dev := rec.dataDevice()
+	if ours, err := n.mountedFrom(rec.StagingPath, dev, false); err != nil || ours {
 		return err // a retry after a crash that came after the mount
 	}
 	if mounted, err := n.isMountPoint(rec.StagingPath); err != nil || mounted {
@@ -228,7 +241,7 @@ func (n *Node) mountStaging(ctx context.Context, rec *record, mkfsOptions []stri
 		}
 		return err
 	}
-	format, err := n.diskFormat(ctx, rec.Device)
+	format, err := n.diskFormat(ctx, dev)
 	if err != nil {
 		return err
 	}
@@ -239,12 +252,12 @@ func (n *Node) mountStaging(ctx context.Context, rec *record, mkfsOptions []stri
 	case format == "":
 		var size int64 // only xfs's defaults depend on it
 		if fsType == "xfs" && len(mkfsOptions) == 0 {
-			if size, err = blockdev.Size(rec.Device); err != nil {
+			if size, err = blockdev.Size(dev); err != nil {
 				return fmt.Errorf("volume %s: %w", rec.VolumeID, err)
 			}
 		}
-		name, args := mkfsArgs(fsType, mkfsOptions, rec.Device, size)
-		klog.InfoS("formatting empty volume", "volumeID", rec.VolumeID, "device", rec.Device, "command", name, "args", args)
+		name, args := mkfsArgs(fsType, mkfsOptions, dev, size)
+		klog.InfoS("formatting empty volume", "volumeID", rec.VolumeID, "device", dev, "command", name, "args", args)
 		// runs: mkfs.ext4 mkfs.xfs (mkfsArgs)
 		if _, err := n.run.Run(ctx, name, args...); err != nil {
 			return fmt.Errorf("formatting volume %s: %w", rec.VolumeID, err)
@@ -254,7 +267,7 @@ func (n *Node) mountStaging(ctx context.Context, rec *record, mkfsOptions []stri
 	case fsType == "ext4" && !rec.Cap.readerOnly():
 		// Expanded while not staged: grow now, offline, which needs
 		// none of the capabilities online resize does.
-		if err := n.growExt4Offline(ctx, rec.Device); err != nil {
+		if err := n.growExt4Offline(ctx, dev); err != nil {
 			return fmt.Errorf("volume %s: %w", rec.VolumeID, err)
 		}
 	}
@@ -272,7 +285,7 @@ func (n *Node) mountStaging(ctx context.Context, rec *record, mkfsOptions []stri
 	if rec.Cap.readerOnly() {
 		opts = append(opts, "ro")
 	}
-	if err := n.mounter.Mount(rec.Device, rec.StagingPath, fsType, opts); err != nil {
+	if err := n.mounter.Mount(dev, rec.StagingPath, fsType, opts); err != nil {
 		if created {
 			logUndo("remove "+rec.StagingPath, os.Remove(rec.StagingPath))
 		}
@@ -298,10 +311,14 @@ func (n *Node) stageIntact(ctx context.Context, rec *record, m mapper.Mapper) (b
 	if mp, ok := mapper.Find(list, rec.Image); !ok || mp.Device != rec.Device {
 		return false, nil
 	}
+	if rec.Cap.Block && rec.Crypt != "" {
+		_, err := devNumber(rec.dataDevice()) // the dm-crypt device is open
+		return err == nil, nil
+	}
 	if rec.Cap.Block {
 		return true, nil
 	}
-	return n.mountedFrom(rec.StagingPath, rec.Device, false)
+	return n.mountedFrom(rec.StagingPath, rec.dataDevice(), false)
 }
 
 // undoStage reverts a failed stage: unmount, unmap, and drop the record
@@ -319,10 +336,11 @@ func (n *Node) undoStage(ctx context.Context, rec *record, m mapper.Mapper) {
 	logUndo("remove state of "+rec.VolumeID, n.store.remove(rec.VolumeID))
 }
 
-// unmountAndUnmap unmounts the staging path (when it is ours) and unmaps.
+// unmountAndUnmap unmounts the staging path (when it is ours), closes the
+// encryption and unmaps.
 func (n *Node) unmountAndUnmap(ctx context.Context, rec *record, m mapper.Mapper) error {
 	if !rec.Cap.Block {
-		ours, err := n.mountedFrom(rec.StagingPath, rec.Device, false)
+		ours, err := n.mountedFrom(rec.StagingPath, rec.dataDevice(), false)
 		if err != nil {
 			return err
 		}
@@ -331,6 +349,9 @@ func (n *Node) unmountAndUnmap(ctx context.Context, rec *record, m mapper.Mapper
 				return err
 			}
 		}
+	}
+	if err := n.closeCrypt(ctx, rec); err != nil {
+		return err
 	}
 	return m.Unmap(ctx, mapper.UnmapRequest{Image: rec.Image, Device: rec.Device, Options: rec.UnmapOptions})
 }

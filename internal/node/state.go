@@ -30,7 +30,10 @@ type record struct {
 	// which gets no volume context.
 	UnmapOptions string `json:"unmapOptions,omitempty"`
 	// Device is set once mapped; empty means a stage stopped before.
-	Device      string  `json:"device,omitempty"`
+	Device string `json:"device,omitempty"`
+	// Crypt is the dm-crypt device name of an encrypted volume, set
+	// before it is opened (crypt.go).
+	Crypt       string  `json:"crypt,omitempty"`
 	StagingPath string  `json:"stagingPath"`
 	Cap         capSpec `json:"capability"`
 	// Staged is false from the first step of NodeStageVolume until its
@@ -130,6 +133,27 @@ func (s *store) save(r *record) error {
 		return fmt.Errorf("saving the state of volume %s: %w", r.VolumeID, err)
 	}
 	return syncDir(s.dir)
+}
+
+// all loads every record.
+func (s *store) all() ([]*record, error) {
+	files, err := filepath.Glob(filepath.Join(s.dir, "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	var recs []*record
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("reading volume state: %w", err)
+		}
+		var r record
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("volume state %s is corrupt: %w", f, err)
+		}
+		recs = append(recs, &r)
+	}
+	return recs, nil
 }
 
 // remove deletes the record; a missing one is fine.

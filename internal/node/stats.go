@@ -58,13 +58,13 @@ func (n *Node) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeSta
 	block := rec.Cap.Block
 	if block && path == rec.StagingPath {
 		// Nothing is mounted at a raw block volume's staging path.
-		size, err := blockdev.Size(rec.Device)
+		size, err := blockdev.Size(rec.dataDevice())
 		if err != nil {
-			return nil, status.Errorf(codes.NotFound, "volume %s: device %s: %v", rec.VolumeID, rec.Device, err)
+			return nil, status.Errorf(codes.NotFound, "volume %s: device %s: %v", rec.VolumeID, rec.dataDevice(), err)
 		}
 		return blockUsage(size), nil
 	}
-	ours, err := n.mountedFrom(path, rec.Device, block)
+	ours, err := n.mountedFrom(path, rec.dataDevice(), block)
 	if err != nil {
 		return nil, statusFor(err)
 	}
@@ -125,13 +125,13 @@ func (n *Node) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHe
 		}
 	}
 	if !rec.Cap.Block {
-		if ours, err := n.mountedFrom(rec.StagingPath, rec.Device, false); err == nil && !ours {
+		if ours, err := n.mountedFrom(rec.StagingPath, rec.dataDevice(), false); err == nil && !ours {
 			bad("StagingMountLost", "nothing of the volume is mounted at the staging path "+rec.StagingPath)
 		}
 	}
 	if p := req.GetVolumePublishPath(); p != "" {
 		if _, published := rec.Targets[p]; published {
-			if ours, err := n.mountedFrom(p, rec.Device, rec.Cap.Block); err == nil && !ours {
+			if ours, err := n.mountedFrom(p, rec.dataDevice(), rec.Cap.Block); err == nil && !ours {
 				bad("PublishMountLost", "nothing of the volume is mounted at "+p)
 			}
 		}

@@ -59,7 +59,7 @@ func (n *Node) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolume
 func (n *Node) liveTargets(rec *record) ([]string, error) {
 	var live []string
 	for path, t := range rec.Targets {
-		ours, err := n.mountedFrom(path, rec.Device, t.Cap.Block)
+		ours, err := n.mountedFrom(path, rec.dataDevice(), t.Cap.Block)
 		if err != nil {
 			return nil, err
 		}
@@ -91,7 +91,11 @@ func (n *Node) unstageUnrecorded(ctx context.Context, vol volid.Volume, staging 
 			continue
 		}
 		klog.InfoS("unstaging a volume without a state record", "volumeID", vol.String(), "mounter", name, "device", mp.Device)
-		rec := &record{VolumeID: vol.String(), Image: img, Device: mp.Device, StagingPath: staging}
+		crypt, err := n.cryptOn(ctx, mp.Device)
+		if err != nil {
+			return err
+		}
+		rec := &record{VolumeID: vol.String(), Image: img, Device: mp.Device, StagingPath: staging, Crypt: crypt}
 		if err := n.unmountAndUnmap(ctx, rec, m); err != nil {
 			return err
 		}

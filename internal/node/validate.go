@@ -125,7 +125,8 @@ func checkMountFlags(flags []string) error {
 // external-provisioner adds storage.kubernetes.io/csiProvisionerIdentity,
 // kubelet adds pod information) are none of its business.
 var contextKeys = []string{config.ParamClusterID, config.ParamPool, config.ParamMounter,
-	config.ParamMapOptions, config.ParamUnmapOptions, config.ParamMkfsOptions}
+	config.ParamMapOptions, config.ParamUnmapOptions, config.ParamMkfsOptions,
+	config.ParamEncrypted, config.ParamEncryptionKMSID, config.ParamEncryptionAllowDiscards}
 
 // volumeParams are the StorageClass parameters the node uses, from the
 // volume context, checked against the volume ID. A statically provisioned

@@ -1,0 +1,250 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/kms"
+	"github.com/rbdcsi/rbdcsi/internal/luks"
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
+	"github.com/rbdcsi/rbdcsi/internal/volid"
+)
+
+// An encrypted volume is LUKS2 on the mapped device, opened with the
+// volume's DEK as the passphrase: the controller draws the DEK and keeps
+// it wrapped in the image's metadata (kms.VolumeKey); the node unwraps it
+// with a KEK from the stage call's secret, formats the device the first
+// time (state prepared -> formatted), and mounts or publishes the
+// dm-crypt device instead of the mapped one.
+
+// Crypt formats, opens and closes LUKS2 devices (internal/luks).
+type Crypt interface {
+	Format(ctx context.Context, device string, key []byte) error
+	IsLUKS(ctx context.Context, device string) (bool, error)
+	Open(ctx context.Context, device, name string, key []byte, o luks.OpenOptions) (string, error)
+	Close(ctx context.Context, name string) error
+	Resize(ctx context.Context, name string) error
+	Active(ctx context.Context) ([]luks.Mapping, error)
+}
+
+// Images reads and writes a volume image's metadata, where an encrypted
+// volume's key record lives (internal/rbd/ceph).
+type Images interface {
+	Stat(ctx context.Context, p rbd.Pool, name string) (rbd.ImageInfo, error)
+	SetMetadata(ctx context.Context, p rbd.Pool, name string, kv map[string]string) error
+}
+
+// volumeKey is an encrypted volume's unwrapped DEK and where its record
+// is, for the state change after formatting.
+type volumeKey struct {
+	dek      []byte
+	rec      kms.VolumeKey
+	pool     rbd.Pool
+	image    string
+	discards bool
+}
+
+// clear drops the DEK from memory once the device is open.
+func (k *volumeKey) clear() {
+	if k != nil {
+		clear(k.dek)
+	}
+}
+
+// unlock reads an encrypted volume's key record and unwraps its DEK; a
+// plain volume gives nil. It runs before anything is mapped, so a wrong or
+// missing key changes nothing.
+func (n *Node) unlock(ctx context.Context, vol volid.Volume, cluster config.Cluster, cred config.Credentials, enc config.Encryption, secrets map[string]string) (*volumeKey, error) {
+	if !enc.Enabled {
+		// A plain stage of an encrypted image finds crypto_LUKS on the
+		// device: it is neither formatted nor mounted (mountStaging).
+		return nil, nil
+	}
+	if n.images == nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is encrypted, and this node plugin cannot read image metadata", vol)
+	}
+	pool := rbd.NewPool(cluster, cred, vol.Pool)
+	info, err := n.images.Stat(ctx, pool, vol.Image)
+	if err != nil {
+		return nil, fenceStatus(vol, err)
+	}
+	rec, ok, err := kms.ReadVolumeKey(info.Metadata)
+	switch {
+	case err != nil:
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s: %v; refusing to touch it", vol, err)
+	case !ok && enc.Enabled:
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is encrypted by its volume context (KMS %s), but its image carries no key record; refusing to use it as plain data", vol, enc.KMSID)
+	case !ok:
+		return nil, nil
+	}
+	if n.kms == nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is encrypted (KMS %s), and this node plugin runs without --kms-config", vol, rec.KMSID)
+	}
+	keys, err := n.kms.Open(rec.KMSID, secrets)
+	if err != nil {
+		return nil, kmsStatus(vol, rec.KMSID, err)
+	}
+	dek, err := keys.Unwrap(ctx, rec.DEK)
+	if err != nil {
+		return nil, kmsStatus(vol, rec.KMSID, err)
+	}
+	return &volumeKey{dek: dek, rec: rec, pool: pool, image: vol.Image, discards: enc.AllowDiscards}, nil
+}
+
+// kmsStatus answers a KEK that is missing (FailedPrecondition: the secret
+// lacks it) or wrong (PermissionDenied). Messages name the KMS and the
+// secret's keys, never key material.
+func kmsStatus(vol volid.Volume, kmsID string, err error) error {
+	code := codes.FailedPrecondition
+	if errors.Is(err, kms.ErrWrongKEK) {
+		code = codes.PermissionDenied
+	}
+	return status.Errorf(code, "volume %s (KMS %s): %v (the node-stage secret holds the KEKs)", vol, kmsID, err)
+}
+
+// openCrypt puts LUKS on the mapped device of rec, formatting it only in
+// state prepared and only when it holds no signature at all, and opens
+// it. The dm name is recorded before the device is opened, so that an
+// unstage after a crash knows to close it.
+func (n *Node) openCrypt(ctx context.Context, rec *record, key *volumeKey) error {
+	defer key.clear()
+	if n.crypt == nil {
+		return status.Errorf(codes.FailedPrecondition, "volume %s is encrypted, and this node plugin has no cryptsetup", rec.VolumeID)
+	}
+	isLUKS, err := n.crypt.IsLUKS(ctx, rec.Device)
+	if err != nil {
+		return fmt.Errorf("volume %s: %w", rec.VolumeID, err)
+	}
+	if !isLUKS {
+		if err := n.formatCrypt(ctx, rec, key); err != nil {
+			return err
+		}
+	}
+	rec.Crypt = luks.Name(rec.VolumeID)
+	if err := n.store.save(rec); err != nil {
+		return err
+	}
+	opts := luks.OpenOptions{ReadOnly: rec.Cap.readerOnly(), AllowDiscards: key.discards}
+	if _, err := n.crypt.Open(ctx, rec.Device, rec.Crypt, key.dek, opts); err != nil {
+		if errors.Is(err, luks.ErrWrongKey) {
+			return status.Errorf(codes.PermissionDenied, "volume %s (KMS %s): its data key does not open the LUKS header: the key record does not belong to this image", rec.VolumeID, key.rec.KMSID)
+		}
+		return fmt.Errorf("volume %s: %w", rec.VolumeID, err)
+	}
+	n.fault("NodeStage:cryptOpened")
+	if key.rec.State != kms.StateFormatted && !rec.Cap.readerOnly() {
+		// A header in state prepared: a crash came between the format and
+		// the record, or a clone inherited its parent's header.
+		return n.recordFormatted(ctx, key)
+	}
+	return nil
+}
+
+// formatCrypt writes the LUKS header on a device that holds nothing, in
+// state prepared only: a formatted volume without a header lost it, and
+// formatting again would destroy what is left.
+func (n *Node) formatCrypt(ctx context.Context, rec *record, key *volumeKey) error {
+	switch {
+	case key.rec.State == kms.StateFormatted:
+		return status.Errorf(codes.FailedPrecondition, "volume %s is recorded as encrypted and formatted, but %s holds no LUKS header: refusing to format it again", rec.VolumeID, rec.Device)
+	case rec.Cap.readerOnly():
+		return status.Errorf(codes.FailedPrecondition, "volume %s was never formatted and its access mode %s is read-only: it will not be formatted", rec.VolumeID, rec.Cap.AccessMode)
+	}
+	format, err := n.diskFormat(ctx, rec.Device)
+	if err != nil {
+		return err
+	}
+	if format != "" {
+		return status.Errorf(codes.FailedPrecondition, "volume %s is to be encrypted, but %s holds %s: refusing to format it", rec.VolumeID, rec.Device, format)
+	}
+	klog.InfoS("formatting empty volume with LUKS2", "volumeID", rec.VolumeID, "device", rec.Device)
+	if err := n.crypt.Format(ctx, rec.Device, key.dek); err != nil {
+		return fmt.Errorf("volume %s: %w", rec.VolumeID, err)
+	}
+	n.fault("NodeStage:luksFormatted")
+	return n.recordFormatted(ctx, key)
+}
+
+// recordFormatted moves the volume's state to formatted.
+func (n *Node) recordFormatted(ctx context.Context, key *volumeKey) error {
+	if err := n.images.SetMetadata(ctx, key.pool, key.image, map[string]string{kms.MetaState: string(kms.StateFormatted)}); err != nil {
+		return fmt.Errorf("recording that volume image %s is formatted: %w", key.image, err)
+	}
+	key.rec.State = kms.StateFormatted
+	return nil
+}
+
+// closeCrypt closes the volume's dm-crypt device, if it has one open.
+func (n *Node) closeCrypt(ctx context.Context, rec *record) error {
+	if rec.Crypt == "" {
+		return nil
+	}
+	if n.crypt == nil {
+		return fmt.Errorf("volume %s has dm-crypt device %s open, and this node plugin has no cryptsetup to close it", rec.VolumeID, rec.Crypt)
+	}
+	return n.crypt.Close(ctx, rec.Crypt)
+}
+
+// cryptOn names our dm-crypt device sitting on device ("" if none), for an
+// unstage that has no record.
+func (n *Node) cryptOn(ctx context.Context, device string) (string, error) {
+	if n.crypt == nil {
+		return "", nil
+	}
+	active, err := n.crypt.Active(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, m := range active {
+		if m.Backing == device {
+			return m.Name, nil
+		}
+	}
+	return "", nil
+}
+
+// CloseStaleCrypt closes the dm-crypt devices of ours that no record
+// names: what a crash between open and record, or a lost state directory,
+// left. Devices still in use stay (Close reports them busy) and are named
+// in the log.
+func (n *Node) CloseStaleCrypt(ctx context.Context) error {
+	if n.crypt == nil {
+		return nil
+	}
+	active, err := n.crypt.Active(ctx)
+	if err != nil || len(active) == 0 {
+		return err
+	}
+	recs, err := n.store.all()
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, r := range recs {
+		known[luks.Name(r.VolumeID)] = true
+	}
+	var errs []error
+	for _, m := range active {
+		if known[m.Name] {
+			continue
+		}
+		klog.InfoS("closing a dm-crypt device no volume record names", "name", m.Name, "backing", m.Backing)
+		errs = append(errs, n.crypt.Close(ctx, m.Name))
+	}
+	return errors.Join(errs...)
+}
+
+// dataDevice is the device the volume's data is read through: the
+// dm-crypt device of an encrypted volume, else the mapped one.
+func (r *record) dataDevice() string {
+	if r.Crypt != "" {
+		return "/dev/mapper/" + r.Crypt
+	}
+	return r.Device
+}
