@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -35,16 +36,23 @@ func (c *Controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.stat(ctx, pool, vol); err != nil {
+	info, err := c.stat(ctx, pool, vol)
+	if err != nil {
 		return nil, err
 	}
 	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
 	}
+	if why := contextEncryptionMismatch(req.GetVolumeContext(), info.Metadata); why != "" {
+		return &csi.ValidateVolumeCapabilitiesResponse{Message: why}, nil
+	}
 	if len(req.GetParameters()) > 0 {
 		p, err := config.ParseParams(req.GetParameters())
 		if err == nil {
 			_, err = p.VolumeFeatures(multiWriter(req.GetVolumeCapabilities()...))
+		}
+		if encrypted := isEncrypted(info.Metadata); err == nil && p.Encryption.Enabled != encrypted {
+			err = fmt.Errorf("parameter %s is %t, and the volume is encrypted: %t", config.ParamEncrypted, p.Encryption.Enabled, encrypted)
 		}
 		if err != nil {
 			return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil

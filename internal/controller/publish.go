@@ -64,6 +64,9 @@ func (c *Controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 	if err != nil {
 		return nil, err
 	}
+	if why := contextEncryptionMismatch(req.GetVolumeContext(), info.Metadata); why != "" {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %s", id, why)
+	}
 	mode := req.GetVolumeCapability().GetAccessMode().GetMode()
 	want := attach.Record{Mode: mode, ReadOnly: req.GetReadonly() || mode == csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY || mode == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY}
 	existing := attach.Records(info.Metadata)

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,13 +26,15 @@ type source struct {
 	snap  string
 	size  uint64
 	depth int
+	// key is the new volume's key record, for an encrypted parent (crypt.go).
+	key map[string]string
 }
 
 // createFromSource makes a copy-on-write clone of a snapshot or a volume:
 // its cost does not grow with the data. A clone deeper than the soft limit
 // is flattened in the background; deeper than the hard limit, the call
 // reports Aborted until the flatten is done.
-func (c *Controller) createFromSource(ctx context.Context, pool rbd.Pool, image, name string, params config.Params, r *csi.CapacityRange, cs *csi.VolumeContentSource) (int64, error) {
+func (c *Controller) createFromSource(ctx context.Context, pool rbd.Pool, image, name string, params config.Params, r *csi.CapacityRange, cs *csi.VolumeContentSource, secrets map[string]string) (int64, error) {
 	srcID := sourceID(cs)
 	if srcID == "" {
 		return 0, status.Error(codes.InvalidArgument, "volume content source names neither a snapshot nor a volume")
@@ -40,7 +43,7 @@ func (c *Controller) createFromSource(ctx context.Context, pool rbd.Pool, image,
 	fam, err := c.backend.StatFamily(ctx, pool, image, "")
 	switch {
 	case err == nil && c.names.finished(fam.Metadata, image):
-		return c.adoptClone(ctx, pool, image, name, srcID, fam, r)
+		return c.adoptClone(ctx, pool, image, name, srcID, fam, r, params.Encryption)
 	case err == nil:
 		if err := c.removeUnfinished(ctx, pool, image, name); err != nil {
 			return 0, err
@@ -51,7 +54,7 @@ func (c *Controller) createFromSource(ctx context.Context, pool rbd.Pool, image,
 		return 0, cephStatus(err)
 	}
 
-	src, err := c.resolveSource(ctx, pool, params.ClusterID, name, cs)
+	src, err := c.resolveSource(ctx, pool, params, name, cs, secrets)
 	if err != nil {
 		return 0, err
 	}
@@ -60,9 +63,14 @@ func (c *Controller) createFromSource(ctx context.Context, pool rbd.Pool, image,
 		return 0, err
 	}
 	depth := src.depth + 1
+	// The clone inherits the parent's metadata, its key record included;
+	// that goes with the rest of rbdcsi.*, and src.key, the child's own
+	// record, takes its place (set before the marker, as any other key).
+	extra := map[string]string{metaSource: srcID, metaDepth: strconv.Itoa(depth)}
+	maps.Copy(extra, src.key)
 	spec := rbd.CloneSpec{ParentImage: src.image, ParentSnap: src.snap, DropMetadataPrefixes: []string{metaPrefix, qosLimitPrefix}, ImageSpec: rbd.ImageSpec{
 		Size: size, Features: params.ImageFeatures, DataPool: params.DataPool,
-		Metadata: volumeMetadata(name, params, size, map[string]string{metaSource: srcID, metaDepth: strconv.Itoa(depth)}),
+		Metadata: volumeMetadata(name, params, size, extra),
 		Marker:   metaName,
 	}}
 	if err := c.backend.Clone(ctx, src.pool, pool, image, spec); err != nil {
@@ -76,12 +84,12 @@ func (c *Controller) createFromSource(ctx context.Context, pool rbd.Pool, image,
 	if err != nil {
 		return 0, cephStatus(err)
 	}
-	return c.adoptClone(ctx, pool, image, name, srcID, fam, r)
+	return c.adoptClone(ctx, pool, image, name, srcID, fam, r, params.Encryption)
 }
 
-// adoptClone answers for a finished clone: same name and source, size in
-// range, and not too deep (else flattening starts).
-func (c *Controller) adoptClone(ctx context.Context, pool rbd.Pool, image, name, srcID string, fam rbd.Family, r *csi.CapacityRange) (int64, error) {
+// adoptClone answers for a finished clone: same name, source and
+// encryption, size in range, and not too deep (else flattening starts).
+func (c *Controller) adoptClone(ctx context.Context, pool rbd.Pool, image, name, srcID string, fam rbd.Family, r *csi.CapacityRange, enc config.Encryption) (int64, error) {
 	if owner := fam.Metadata[metaName]; owner != name {
 		return 0, status.Errorf(codes.AlreadyExists, "image %s/%s already belongs to volume %q", pool.Name, image, owner)
 	}
@@ -90,6 +98,9 @@ func (c *Controller) adoptClone(ctx context.Context, pool rbd.Pool, image, name,
 	}
 	if r.GetRequiredBytes() > 0 && !fits(int64(fam.Size), r) {
 		return 0, status.Errorf(codes.AlreadyExists, "volume %s already exists with size %d bytes, which does not fit the requested range", name, fam.Size)
+	}
+	if err := sameEncryption(fam.Metadata, enc, name); err != nil {
+		return 0, err
 	}
 	if vol, err := volid.DecodeVolume(srcID); err == nil {
 		// The temporary snapshot of a volume clone may outlive a crash.
@@ -119,8 +130,11 @@ func (c *Controller) removeUnfinished(ctx context.Context, pool rbd.Pool, image,
 }
 
 // resolveSource finds the parent snapshot; for a volume source it takes a
-// temporary snapshot to clone from.
-func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, clusterID, name string, cs *csi.VolumeContentSource) (source, error) {
+// temporary snapshot to clone from. An encrypted parent's data key is
+// wrapped for the new volume (childVolumeKey) first: a refusal leaves
+// nothing behind.
+func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, params config.Params, name string, cs *csi.VolumeContentSource, secrets map[string]string) (source, error) {
+	clusterID := params.ClusterID
 	if s := cs.GetSnapshot(); s != nil {
 		snap, err := volid.DecodeSnapshot(s.GetSnapshotId())
 		if err != nil {
@@ -144,8 +158,14 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, clusterID
 		if err := cloneable(fam, "snapshot "+s.GetSnapshotId()); err != nil {
 			return source{}, err
 		}
+		// A snapshot's image keeps the key record of the volume it was
+		// taken of, also once that volume is deleted (a hidden image).
+		key, err := c.childVolumeKey(ctx, fam.Metadata, "snapshot "+s.GetSnapshotId(), name, params.Encryption, secrets)
+		if err != nil {
+			return source{}, err
+		}
 		depth, _ := strconv.Atoi(fam.Metadata[metaDepth])
-		return source{id: s.GetSnapshotId(), pool: ppool, image: fam.Name, snap: snap.Snap, size: info.Size, depth: depth}, nil
+		return source{id: s.GetSnapshotId(), pool: ppool, image: fam.Name, snap: snap.Snap, size: info.Size, depth: depth, key: key}, nil
 	}
 	v := cs.GetVolume()
 	vol, err := volid.DecodeVolume(v.GetVolumeId()) // ours or a static volume's
@@ -169,6 +189,10 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, clusterID
 	if err := cloneable(fam, "volume "+v.GetVolumeId()); err != nil {
 		return source{}, err
 	}
+	key, err := c.childVolumeKey(ctx, fam.Metadata, "volume "+v.GetVolumeId(), name, params.Encryption, secrets)
+	if err != nil {
+		return source{}, err
+	}
 	tmp := c.names.tmpSnap(name)
 	if _, ok := findSnap(fam.Snaps, tmp); !ok {
 		if len(fam.Snaps) >= c.opts.MaxSnapshotsPerImage {
@@ -185,7 +209,7 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, clusterID
 	}
 	c.opts.Fault("CreateVolume:source-snapshot")
 	depth, _ := strconv.Atoi(fam.Metadata[metaDepth])
-	return source{id: v.GetVolumeId(), pool: ppool, image: vol.Image, snap: tmp, size: fam.Size, depth: depth}, nil
+	return source{id: v.GetVolumeId(), pool: ppool, image: vol.Image, snap: tmp, size: fam.Size, depth: depth, key: key}, nil
 }
 
 // cloneable refuses a parent without the layering feature, which RBD

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -31,6 +32,9 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	params, err := config.ParseParams(req.GetParameters())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := c.checkEncryption(params.Encryption, req.GetVolumeCapabilities()); err != nil {
+		return nil, err
 	}
 	if params.ImageFeatures, err = params.VolumeFeatures(multiWriter(req.GetVolumeCapabilities()...)); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -94,9 +98,9 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	}
 	var finalSize int64
 	if cs := req.GetVolumeContentSource(); cs != nil {
-		finalSize, err = c.createFromSource(ctx, pool, vol.Image, name, params, req.GetCapacityRange(), cs)
+		finalSize, err = c.createFromSource(ctx, pool, vol.Image, name, params, req.GetCapacityRange(), cs, req.GetSecrets())
 	} else {
-		finalSize, err = c.createImage(ctx, pool, vol.Image, name, spec, req.GetCapacityRange())
+		finalSize, err = c.createImage(ctx, pool, vol.Image, name, spec, req.GetCapacityRange(), params.Encryption, req.GetSecrets())
 	}
 	if err != nil {
 		return nil, err
@@ -111,7 +115,25 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 }
 
 // createImage creates the image or adopts the one an earlier attempt made.
-func (c *Controller) createImage(ctx context.Context, pool rbd.Pool, image, name string, spec rbd.ImageSpec, r *csi.CapacityRange) (int64, error) {
+// An encrypted volume's key record joins spec.Metadata (crypt.go).
+func (c *Controller) createImage(ctx context.Context, pool rbd.Pool, image, name string, spec rbd.ImageSpec, r *csi.CapacityRange, enc config.Encryption, secrets map[string]string) (int64, error) {
+	if enc.Enabled {
+		// A retry that finds the finished volume returns it: a data key is
+		// drawn, and the KEK needed, only for an image about to be made.
+		info, err := c.backend.Stat(ctx, pool, image)
+		switch {
+		case err == nil && c.names.finished(info.Metadata, image):
+			return c.adoptImage(pool, image, name, info, r, enc)
+		case err != nil && !errors.Is(err, rbd.ErrNotFound) && !errors.Is(err, rbd.ErrPoolNotFound):
+			return 0, cephStatus(err)
+		}
+		key, err := c.newVolumeKey(ctx, name, enc, secrets)
+		if err != nil {
+			return 0, err
+		}
+		spec.Metadata = maps.Clone(spec.Metadata)
+		maps.Copy(spec.Metadata, key)
+	}
 	// Two passes at most: the second follows the removal of an unfinished image.
 	for attempt := 0; attempt < 2; attempt++ {
 		err := c.backend.CreateImage(ctx, pool, image, spec)
@@ -132,16 +154,8 @@ func (c *Controller) createImage(ctx context.Context, pool rbd.Pool, image, name
 		if err != nil {
 			return 0, cephStatus(err)
 		}
-		switch owner := info.Metadata[metaName]; {
-		case c.names.finished(info.Metadata, image) && owner != name:
-			return 0, status.Errorf(codes.AlreadyExists, "image %s/%s already belongs to volume %q", pool.Name, image, owner)
-		case c.names.finished(info.Metadata, image) && info.Metadata[metaSource] != "":
-			return 0, status.Errorf(codes.AlreadyExists, "volume %s already exists with a content source", name)
-		case c.names.finished(info.Metadata, image):
-			if !fits(int64(info.Size), r) {
-				return 0, status.Errorf(codes.AlreadyExists, "volume %s already exists with size %d bytes, which does not fit the requested range", name, info.Size)
-			}
-			return int64(info.Size), nil
+		if c.names.finished(info.Metadata, image) {
+			return c.adoptImage(pool, image, name, info, r, enc)
 		}
 		// An image without its name is what a crash between creating it and
 		// setting its metadata leaves. It was never handed out: replace it.
@@ -150,6 +164,24 @@ func (c *Controller) createImage(ctx context.Context, pool rbd.Pool, image, name
 		}
 	}
 	return 0, status.Errorf(codes.Aborted, "volume %s changed while it was being created; retry", name)
+}
+
+// adoptImage answers a retry that finds the finished volume: the same
+// name, no content source, the size in range, the same encryption.
+func (c *Controller) adoptImage(pool rbd.Pool, image, name string, info rbd.ImageInfo, r *csi.CapacityRange, enc config.Encryption) (int64, error) {
+	if owner := info.Metadata[metaName]; owner != name {
+		return 0, status.Errorf(codes.AlreadyExists, "image %s/%s already belongs to volume %q", pool.Name, image, owner)
+	}
+	if info.Metadata[metaSource] != "" {
+		return 0, status.Errorf(codes.AlreadyExists, "volume %s already exists with a content source", name)
+	}
+	if !fits(int64(info.Size), r) {
+		return 0, status.Errorf(codes.AlreadyExists, "volume %s already exists with size %d bytes, which does not fit the requested range", name, info.Size)
+	}
+	if err := sameEncryption(info.Metadata, enc, name); err != nil {
+		return 0, err
+	}
+	return int64(info.Size), nil
 }
 
 // DeleteVolume removes the volume's image. An ID that is not ours, or an
@@ -211,7 +243,9 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	if err != nil {
 		return nil, err
 	}
-	nodeExpand := !isBlock(req.GetVolumeCapability())
+	// An encrypted Block volume needs the node too: the dm-crypt device
+	// on top shows the new size only after cryptsetup resize.
+	nodeExpand := !isBlock(req.GetVolumeCapability()) || isEncrypted(info.Metadata)
 	if int64(info.Size) >= size {
 		if err := c.resizeQoS(ctx, pool, vol.Image, info, info.Size); err != nil {
 			return nil, c.writeStatus(pool, fmt.Errorf("recomputing the QoS of volume %s: %w", id, err))
