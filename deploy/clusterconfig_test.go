@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/kms"
 )
 
 // TestClusterConfigAndSecret: the plugin's --cluster-config is a key of a
@@ -21,6 +22,7 @@ func TestClusterConfigAndSecret(t *testing.T) {
 	secrets, _ := all[*corev1.Secret](m)
 	defaults := loadPluginFlags(t)
 	maps := map[string]string{} // cluster map -> the first workload that reads it
+	kmsConfigs := map[string]bool{}
 	for _, w := range workloads(m) {
 		plugin := oneContainer(t, w, pluginRepo)
 		args := mustFlags(t, plugin)
@@ -49,6 +51,7 @@ func TestClusterConfigAndSecret(t *testing.T) {
 		if len(maps) > 1 {
 			t.Errorf("%s: ConfigMap %s/%s holds another cluster map than the other workloads read", w.name, cm.Namespace, cm.Name)
 		}
+		checkKMSConfig(t, w, plugin, args["kms-config"], cms, kmsConfigs)
 
 		dir, ok := args["controller-secret-dir"]
 		if !ok {
@@ -105,4 +108,31 @@ func mountedObject[T interface {
 		return obj, "", false
 	}
 	return obj, rel, true
+}
+
+// checkKMSConfig: --kms-config is a key of a mounted ConfigMap that holds a
+// valid KMS configuration, the same for every workload (the controller
+// wraps data keys that the node plugins unwrap).
+func checkKMSConfig(t *testing.T, w workload, plugin corev1.Container, path string, cms []*corev1.ConfigMap, seen map[string]bool) {
+	t.Helper()
+	if path == "" {
+		t.Errorf("%s: no --kms-config: encrypted StorageClasses would be refused", w.name)
+		return
+	}
+	cm, rel, ok := mountedObject(t, w, plugin, "kms-config", path, "ConfigMap", cms)
+	if !ok {
+		return
+	}
+	data, ok := cm.Data[rel]
+	if !ok {
+		t.Errorf("%s: ConfigMap %s has no key %q", w.name, cm.Name, rel)
+		return
+	}
+	if _, err := kms.ParseConfig([]byte(data)); err != nil {
+		t.Errorf("%s: ConfigMap %s: %v", w.name, cm.Name, err)
+	}
+	seen[data] = true
+	if len(seen) > 1 {
+		t.Errorf("%s: ConfigMap %s/%s holds another KMS configuration than the other workloads read", w.name, cm.Namespace, cm.Name)
+	}
 }
