@@ -1,0 +1,294 @@
+package controller
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+
+	"github.com/rbdcsi/rbdcsi/e2e/harness"
+	"github.com/rbdcsi/rbdcsi/internal/kms"
+)
+
+// The controller's side of encrypted volumes on the real cluster: the key
+// record in the real image's metadata, re-wrapped for a restore into a
+// class of another KMS, refusals, and no key material in the log.
+
+// cryptKMSConfig is the plugin's --kms-config: tenant-a's KEKs under the
+// default prefix, tenant-b's under kekB.
+const cryptKMSConfig = `{"tenant-a": {"type": "secret"}, "tenant-b": {"type": "secret", "keyPrefix": "kekB"}}`
+
+type cryptEnv struct {
+	env
+	kekA, kekB string
+	kms        kms.Config
+}
+
+// setupCrypt starts a controller with the KMS configuration, at the
+// highest verbosity, and draws the KEKs of the run.
+func setupCrypt(t *testing.T, extra ...string) cryptEnv {
+	c := harness.LoadCluster(t)
+	cfgFile := filepath.Join(t.TempDir(), "kms.json")
+	harness.Must(t, os.WriteFile(cfgFile, []byte(cryptKMSConfig), 0o600), "KMS configuration")
+	cfg, err := kms.ParseConfig([]byte(cryptKMSConfig))
+	harness.Must(t, err, "KMS configuration")
+	args := append([]string{"--mode", "controller", "--controller-secret-dir", harness.WriteControllerSecretDir(t, c),
+		"--kms-config", cfgFile, "--v", "10"}, extra...)
+	p := harness.StartPlugin(t, c, args...)
+	t.Cleanup(func() { c.ExpectNoImages(t) })
+	return cryptEnv{env: env{c: c, p: p, cc: p.Controller()}, kekA: newKEK(t), kekB: newKEK(t), kms: cfg}
+}
+
+func newKEK(t *testing.T) string {
+	b := make([]byte, 32)
+	_, err := rand.Read(b)
+	harness.Must(t, err, "KEK")
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+// secrets are the CSI user's plus the KEKs of the named tenants ("a", "b").
+func (e cryptEnv) secrets(tenants ...string) map[string]string {
+	s := e.c.Secrets()
+	for _, t := range tenants {
+		switch t {
+		case "a":
+			s["encryptionKEK.a1"] = e.kekA
+		case "b":
+			s["kekB.b1"] = e.kekB
+		}
+	}
+	return s
+}
+
+// createIn is CreateVolume of 8 MiB in a class encrypted with kmsID ("" plain).
+func (e cryptEnv) createIn(t *testing.T, name, kmsID string, sec map[string]string, src *csi.VolumeContentSource) (*csi.Volume, error) {
+	params := e.c.Params()
+	if kmsID != "" {
+		params = e.c.Params("encrypted", "true", "encryptionKMSID", kmsID)
+	}
+	resp, err := e.cc.CreateVolume(harness.Ctx(t), &csi.CreateVolumeRequest{
+		Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: 8 * mib}, VolumeCapabilities: fsCap(),
+		Parameters: params, Secrets: sec, VolumeContentSource: src,
+	})
+	if err != nil {
+		for _, k := range []string{e.kekA, e.kekB} {
+			if strings.Contains(err.Error(), k) {
+				t.Errorf("CreateVolume %s: the error shows a KEK", name)
+			}
+		}
+		return nil, err
+	}
+	return resp.Volume, nil
+}
+
+func (e cryptEnv) mustCreateIn(t *testing.T, name, kmsID string, sec map[string]string, src *csi.VolumeContentSource) *csi.Volume {
+	t.Helper()
+	v, err := e.createIn(t, name, kmsID, sec, src)
+	harness.Must(t, err, "CreateVolume %s", name)
+	t.Cleanup(func() { e.delete(t, v.VolumeId) })
+	return v
+}
+
+// imageMeta reads a volume's image metadata with rbd image-meta list.
+func (e cryptEnv) imageMeta(t *testing.T, volumeID string) map[string]string {
+	t.Helper()
+	args := append([]string{"image-meta", "list", "--format", "json", e.c.Pool + "/" + imageOf(t, volumeID)}, e.c.NamespaceArgs()...)
+	out, err := e.c.RBD(args...)
+	harness.Must(t, err, "rbd image-meta list")
+	md := map[string]string{}
+	if strings.TrimSpace(out) != "" {
+		harness.Must(t, json.Unmarshal([]byte(out), &md), "image-meta JSON %q", out)
+	}
+	return md
+}
+
+// volumeKey reads a volume's key record from the real image and unwraps
+// its DEK with the run's KEKs.
+func (e cryptEnv) volumeKey(t *testing.T, volumeID string) (kms.VolumeKey, []byte) {
+	t.Helper()
+	key, ok, err := kms.ReadVolumeKey(e.imageMeta(t, volumeID))
+	if err != nil || !ok {
+		t.Fatalf("volume %s has no valid key record: ok %v, %v", volumeID, ok, err)
+	}
+	keys, err := e.kms.Open(key.KMSID, e.secrets("a", "b"))
+	harness.Must(t, err, "open KMS %s", key.KMSID)
+	dek, err := keys.Unwrap(harness.Ctx(t), key.DEK)
+	harness.Must(t, err, "unwrap the DEK of %s", volumeID)
+	return key, dek
+}
+
+// expectNoKeysLogged fails if the plugin log shows a KEK or a DEK in any
+// usual encoding.
+func (e cryptEnv) expectNoKeysLogged(t *testing.T, deks ...[]byte) {
+	t.Helper()
+	logs := e.p.Logs()
+	if !strings.Contains(logs, "CreateVolume") {
+		t.Fatal("the plugin log shows no calls: is --v 10 still the verbosity that logs them?")
+	}
+	secrets := []string{e.kekA, e.kekB}
+	for _, d := range deks {
+		secrets = append(secrets, base64.StdEncoding.EncodeToString(d), base64.RawURLEncoding.EncodeToString(d), hex.EncodeToString(d))
+	}
+	for _, s := range secrets {
+		if strings.Contains(logs, s) {
+			t.Error("key material is in the plugin log")
+		}
+	}
+}
+
+// An encrypted CreateVolume writes its key record to the real image; a
+// retry keeps it; a restore into a class of another KMS carries the same
+// DEK wrapped by that KMS, in state prepared; a Block expand asks for the
+// node; every call leaves no key in the log, and the test no image.
+func TestCryptCreateAndRestoreRewrap(t *testing.T) {
+	e := setupCrypt(t)
+	watch := harness.WatchSecret(e.kekA, e.p)
+	src := e.mustCreateIn(t, "crypt-src", "tenant-a", e.secrets("a"), nil)
+	if vc := src.VolumeContext; vc["encrypted"] != "true" || vc["encryptionKMSID"] != "tenant-a" {
+		t.Fatalf("volume context %v lacks the encryption", vc)
+	}
+	key, dek := e.volumeKey(t, src.VolumeId)
+	if key.KMSID != "tenant-a" || key.State != kms.StatePrepared || key.DEK.KEKID() != "a1" {
+		t.Fatalf("key record %+v", key)
+	}
+	again, err := e.createIn(t, "crypt-src", "tenant-a", e.c.Secrets(), nil)
+	harness.Must(t, err, "retry without the KEK")
+	if k, _ := e.volumeKey(t, src.VolumeId); again.VolumeId != src.VolumeId || k != key {
+		t.Fatalf("the retry returned %s and record %+v; first %s and %+v", again.VolumeId, k, src.VolumeId, key)
+	}
+	_, err = e.createIn(t, "crypt-src", "tenant-b", e.secrets("a", "b"), nil)
+	wantCode(t, err, codes.AlreadyExists, "the same name with another KMS")
+
+	// The node formats the source and says so; the restore is prepared.
+	args := append([]string{"image-meta", "set", e.c.Pool + "/" + imageOf(t, src.VolumeId), kms.MetaState, string(kms.StateFormatted)}, e.c.NamespaceArgs()...)
+	_, err = e.c.RBD(args...)
+	harness.Must(t, err, "rbd image-meta set")
+	snap, err := e.snapshot(t, "crypt-snap", src.VolumeId)
+	harness.Must(t, err, "CreateSnapshot")
+	t.Cleanup(func() { e.deleteSnapshot(t, snap.SnapshotId) })
+	restore := e.mustCreateIn(t, "crypt-restore", "tenant-b", e.secrets("a", "b"), fromSnapshot(snap.SnapshotId))
+	rkey, rdek := e.volumeKey(t, restore.VolumeId)
+	if rkey.KMSID != "tenant-b" || rkey.DEK.KEKID() != "b1" || rkey.State != kms.StatePrepared {
+		t.Fatalf("the restore's record %+v, want KMS tenant-b, KEK b1, prepared", rkey)
+	}
+	if !bytes.Equal(rdek, dek) {
+		t.Fatal("the restore's DEK is not its source's")
+	}
+	clone := e.mustCreateIn(t, "crypt-clone", "tenant-a", e.secrets("a"), fromVolume(src.VolumeId))
+	if ckey, cdek := e.volumeKey(t, clone.VolumeId); !bytes.Equal(cdek, dek) || ckey.KMSID != "tenant-a" || ckey.DEK == key.DEK {
+		t.Fatalf("the clone's record %+v does not re-wrap its source's DEK", ckey)
+	}
+	if names := snapNames(t, e.env, src.VolumeId); len(names) != 1 {
+		t.Fatalf("the clone left snapshots on its source: %v", names)
+	}
+
+	resp, err := e.cc.ControllerExpandVolume(harness.Ctx(t), &csi.ControllerExpandVolumeRequest{
+		VolumeId: restore.VolumeId, CapacityRange: &csi.CapacityRange{RequiredBytes: 16 * mib}, Secrets: e.c.Secrets(),
+		VolumeCapability: &csi.VolumeCapability{
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+			AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+		},
+	})
+	harness.Must(t, err, "ControllerExpandVolume")
+	if !resp.NodeExpansionRequired {
+		t.Error("an encrypted Block volume's expand does not ask for the node (cryptsetup resize)")
+	}
+	if seen := watch(); len(seen) > 0 {
+		t.Errorf("a KEK was visible in /proc: %v", seen)
+	}
+	e.expectNoKeysLogged(t, dek)
+}
+
+// plain -> encrypted and encrypted -> plain are refused at CreateVolume,
+// a source whose KMS's KEKs the secret lacks too, and a class of a KMS
+// the configuration lacks; none leaves an image or snapshot behind.
+func TestCryptRefusals(t *testing.T) {
+	e := setupCrypt(t)
+	enc := e.mustCreateIn(t, "crypt-enc", "tenant-a", e.secrets("a"), nil)
+	plain := e.mustCreateIn(t, "crypt-plain", "", e.c.Secrets(), nil)
+	encSnap, err := e.snapshot(t, "crypt-enc-snap", enc.VolumeId)
+	harness.Must(t, err, "CreateSnapshot")
+	t.Cleanup(func() { e.deleteSnapshot(t, encSnap.SnapshotId) })
+	plainSnap, err := e.snapshot(t, "crypt-plain-snap", plain.VolumeId)
+	harness.Must(t, err, "CreateSnapshot")
+	t.Cleanup(func() { e.deleteSnapshot(t, plainSnap.SnapshotId) })
+	before := e.c.Images(t)
+
+	for _, tc := range []struct {
+		name, kms string
+		sec       map[string]string
+		src       *csi.VolumeContentSource
+		code      codes.Code
+		says      string
+	}{
+		{"encrypted snapshot into a plain class", "", e.c.Secrets(), fromSnapshot(encSnap.SnapshotId), codes.InvalidArgument, "must be encrypted too"},
+		{"encrypted volume into a plain class", "", e.c.Secrets(), fromVolume(enc.VolumeId), codes.InvalidArgument, "must be encrypted too"},
+		{"plain snapshot into an encrypted class", "tenant-a", e.secrets("a"), fromSnapshot(plainSnap.SnapshotId), codes.InvalidArgument, "not encrypted"},
+		{"plain volume into an encrypted class", "tenant-a", e.secrets("a"), fromVolume(plain.VolumeId), codes.InvalidArgument, "not encrypted"},
+		{"no KEK of the source's KMS", "tenant-b", e.secrets("b"), fromSnapshot(encSnap.SnapshotId), codes.FailedPrecondition, "tenant-a"},
+		{"no KEK at all", "tenant-a", e.c.Secrets(), nil, codes.FailedPrecondition, "encryptionKEK."},
+		{"unknown KMS", "tenant-z", e.secrets("a"), nil, codes.InvalidArgument, "tenant-z"},
+	} {
+		_, err := e.createIn(t, "crypt-refused", tc.kms, tc.sec, tc.src)
+		wantCode(t, err, tc.code, tc.name)
+		if !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: the message does not say %q: %v", tc.name, tc.says, err)
+		}
+	}
+	if after := e.c.Images(t); len(after) != len(before) {
+		t.Errorf("refused creates left images: before %v, after %v", before, after)
+	}
+	for _, v := range []string{enc.VolumeId, plain.VolumeId} {
+		if names := snapNames(t, e.env, v); len(names) != 1 {
+			t.Errorf("refused clones left snapshots on %s: %v", v, names)
+		}
+	}
+	e.expectNoKeysLogged(t)
+}
+
+// A plugin without --kms-config refuses encrypted classes.
+func TestCryptNeedsKMSConfig(t *testing.T) {
+	e := setup(t)
+	sec := maps.Clone(e.c.Secrets())
+	sec["encryptionKEK.a1"] = newKEK(t)
+	_, err := e.cc.CreateVolume(harness.Ctx(t), &csi.CreateVolumeRequest{
+		Name: "crypt-nokms", CapacityRange: &csi.CapacityRange{RequiredBytes: 8 * mib}, VolumeCapabilities: fsCap(),
+		Parameters: e.c.Params("encrypted", "true", "encryptionKMSID", "tenant-a"), Secrets: sec,
+	})
+	wantCode(t, err, codes.InvalidArgument, "an encrypted class without --kms-config")
+	if !strings.Contains(err.Error(), "--kms-config") {
+		t.Errorf("the message does not name --kms-config: %v", err)
+	}
+}
+
+// A crash between creating the image and writing its metadata: the retry
+// replaces the unfinished image with one that holds a valid record.
+func TestCryptCrashBeforeMetadata(t *testing.T) {
+	e := setupCrypt(t, "--test-crash-at", "CreateImage:created")
+	_, err := e.createIn(t, "crypt-crash", "tenant-a", e.secrets("a"), nil)
+	if err == nil {
+		t.Fatal("CreateVolume survived --test-crash-at CreateImage:created")
+	}
+	if imgs := e.c.Images(t); len(imgs) != 1 {
+		t.Fatalf("the crash should leave one unfinished image: %v", imgs)
+	}
+	e.p.Stop() // reaps the crashed process
+	e.p.Without("--test-crash-at")
+	e.p.Start()
+	v := e.mustCreateIn(t, "crypt-crash", "tenant-a", e.secrets("a"), nil)
+	if key, _ := e.volumeKey(t, v.VolumeId); key.KMSID != "tenant-a" || key.State != kms.StatePrepared {
+		t.Fatalf("record after the retry: %+v", key)
+	}
+	if imgs := e.c.Images(t); len(imgs) != 1 {
+		t.Fatalf("images after the retry: %v", imgs)
+	}
+}
