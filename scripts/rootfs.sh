@@ -119,7 +119,10 @@ runtime_packages() {
 		grep -E '^[a-z0-9][a-z0-9.+-]+$' | grep -vxE 'apt-get|install|rm|rf|y|DEBIAN_FRONTEND=noninteractive' | sort -u
 }
 
-# runtime SUITE: minbase plus the plugin's runtime packages.
+# runtime SUITE: minbase plus the plugin's runtime packages. debootstrap
+# configures them with /proc and /sys mounted and /dev's basic nodes made
+# in the root, which postinsts such as cryptsetup-bin's (systemd-tmpfiles)
+# need; `run` below mounts all three for later installs.
 runtime() {
 	local pkgs
 	pkgs=$(runtime_packages | paste -sd, -)
