@@ -199,8 +199,8 @@ func TestEncryptedStageNeverFormatsData(t *testing.T) {
 		setup func(f *cryptFixture)
 		cap   *csi.VolumeCapability
 	}{
-		"formatted without a header": {func(f *cryptFixture) { f.images.md[kms.MetaState] = string(kms.StateFormatted) }, fsCap(rwo)},
-		"a filesystem on the device": {func(f *cryptFixture) { f.run.blkid = blkidSays("TYPE=ext4") }, fsCap(rwo)},
+		"formatted without a header":    {func(f *cryptFixture) { f.images.md[kms.MetaState] = string(kms.StateFormatted) }, fsCap(rwo)},
+		"a filesystem on the device":    {func(f *cryptFixture) { f.run.blkid = blkidSays("TYPE=ext4") }, fsCap(rwo)},
 		"read-only and never formatted": {func(*cryptFixture) {}, fsCap(csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY)},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -224,9 +224,11 @@ func TestEncryptedStageKeyRefusals(t *testing.T) {
 		code   codes.Code
 		says   string
 	}{
-		"wrong KEK":     {func(_ *cryptFixture, r *csi.NodeStageVolumeRequest) { r.Secrets["encryptionKEK.k1"] = other }, codes.PermissionDenied, "tenant-a"},
-		"no KEK":        {func(_ *cryptFixture, r *csi.NodeStageVolumeRequest) { delete(r.Secrets, "encryptionKEK.k1") }, codes.FailedPrecondition, "encryptionKEK.k1"},
-		"unknown KMS":   {func(f *cryptFixture, _ *csi.NodeStageVolumeRequest) { f.n.kms = kms.Config{"other": {Type: kms.TypeSecret}} }, codes.FailedPrecondition, "tenant-a"},
+		"wrong KEK": {func(_ *cryptFixture, r *csi.NodeStageVolumeRequest) { r.Secrets["encryptionKEK.k1"] = other }, codes.PermissionDenied, "tenant-a"},
+		"no KEK":    {func(_ *cryptFixture, r *csi.NodeStageVolumeRequest) { delete(r.Secrets, "encryptionKEK.k1") }, codes.FailedPrecondition, "encryptionKEK.k1"},
+		"unknown KMS": {func(f *cryptFixture, _ *csi.NodeStageVolumeRequest) {
+			f.n.kms = kms.Config{"other": {Type: kms.TypeSecret}}
+		}, codes.FailedPrecondition, "tenant-a"},
 		"no KMS config": {func(f *cryptFixture, _ *csi.NodeStageVolumeRequest) { f.n.kms = nil }, codes.FailedPrecondition, "--kms-config"},
 		"plain image":   {func(f *cryptFixture, _ *csi.NodeStageVolumeRequest) { f.images.md = map[string]string{} }, codes.FailedPrecondition, "no key record"},
 	} {
