@@ -99,6 +99,14 @@ type Options struct {
 	// KMS says where encrypted classes' key encryption keys come from
 	// (nil: encrypted classes are refused).
 	KMS kms.Config
+	// KMSSecrets returns the controller's own secrets (its Secret, as
+	// kms.SecretsFromDir reads it), whose KEKs the KEK rotation re-wraps
+	// data keys with; called at each pass. Nil, or no KMS or Credentials:
+	// no rotation (crypt_rotate.go).
+	KMSSecrets func() (map[string]string, error)
+	// KEKRotationInterval: how often the rotation pass runs (0: the
+	// default, DefaultKEKRotationInterval).
+	KEKRotationInterval time.Duration
 	// Fault, for crash tests only, is called at named points between the
 	// Ceph steps of an operation ("CreateSnapshot:claimed").
 	Fault func(point string)
@@ -115,6 +123,17 @@ type Upkeep interface {
 	Swept(err error)
 	// Reclaimed counts one leftover removed, by what it was.
 	Reclaimed(what string)
+	// Rewrapped counts one data key the KEK rotation re-wrapped to its
+	// KMS's current KEK; err is why it could not, and the volume keeps
+	// its old wrapping until a later pass. kmsID is "unknown" for a record
+	// that is malformed or names a KMS the configuration lacks.
+	Rewrapped(kmsID string, err error)
+	// RotationPassed reports a pass of the KEK rotation over every pool:
+	// per configured KMS ID (and "unknown"), how many volumes are left
+	// with a data key wrapped by another KEK than the current one, or
+	// unchecked (0: the old KEKs may go); err is why part of the pass
+	// failed (nil pending: all of it).
+	RotationPassed(pending map[string]int, err error)
 }
 
 // What Upkeep.Reclaimed counts.
@@ -128,9 +147,11 @@ const (
 
 type nopUpkeep struct{}
 
-func (nopUpkeep) BackgroundTasks(string, int) {}
-func (nopUpkeep) Swept(error)                 {}
-func (nopUpkeep) Reclaimed(string)            {}
+func (nopUpkeep) BackgroundTasks(string, int)          {}
+func (nopUpkeep) Swept(error)                          {}
+func (nopUpkeep) Reclaimed(string)                     {}
+func (nopUpkeep) Rewrapped(string, error)              {}
+func (nopUpkeep) RotationPassed(map[string]int, error) {}
 
 // Defaults for Options.
 const (
@@ -157,6 +178,8 @@ type Controller struct {
 	// claims and staticTmps index work the sweeper finds nowhere else.
 	claims, staticTmps workIndex
 	names              naming
+	// rotation re-wraps data keys after a KEK rotation (nil: none).
+	rotation *rotation
 }
 
 // New returns a Controller.
@@ -184,6 +207,8 @@ func New(o Options) *Controller {
 	c.staticTmps = workIndex{backend: o.Backend, object: c.names.object(staticTmpIndex)}
 	c.sweeper = newSweeper(c, o.SweepInterval)
 	c.sweeper.startPeriodic()
+	c.rotation = newRotation(c)
+	c.rotation.start()
 	return c
 }
 
@@ -194,6 +219,7 @@ func (c *Controller) Close() {
 	c.flattener.stop()
 	c.sweeper.stop()
 	c.sparsifies.stop()
+	c.rotation.stop()
 }
 
 // ControllerGetCapabilities advertises only what works: the list, capacity

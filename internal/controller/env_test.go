@@ -275,6 +275,9 @@ func (u *upkeep) Reclaimed(what string) {
 	u.reclaimed = append(u.reclaimed, what)
 }
 
+func (u *upkeep) Rewrapped(string, error)              {}
+func (u *upkeep) RotationPassed(map[string]int, error) {}
+
 func (u *upkeep) count(what string) int {
 	u.mu.Lock()
 	defer u.mu.Unlock()

@@ -1,7 +1,8 @@
 // Package metrics exposes the plugin's Prometheus metrics: one counter,
 // latency histogram and in-flight gauge per CSI method, a latency
 // histogram of Ceph operations fed through rbd.Observer, and the
-// controller's background work (running tasks, sweeps, what was reclaimed).
+// controller's background work (running tasks, sweeps, what was reclaimed,
+// the KEK rotation).
 //
 // Nothing here is global: New registers its collectors on the registry it
 // is given, and Handler serves whatever that registry gathers.
@@ -44,6 +45,10 @@ type Metrics struct {
 	reclaimed  *prometheus.CounterVec
 	trims      *prometheus.CounterVec
 	trimmed    prometheus.Counter
+	// The KEK rotation (controller.Upkeep).
+	rewraps         *prometheus.CounterVec
+	rotationPasses  *prometheus.CounterVec
+	rotationPending *prometheus.GaugeVec
 }
 
 // latencyBuckets span a quick Identity call (~ms) to a slow flatten or
@@ -86,7 +91,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		background: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace,
 			Name:      "background_tasks",
-			Help:      "Controller tasks running off the request path, by kind (flatten, sweep).",
+			Help:      "Controller tasks running off the request path, by kind (flatten, sweep, kek-rotation).",
 		}, []string{"kind"}),
 		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace,
@@ -108,8 +113,24 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name:      "reclaimed_total",
 			Help:      "Leftovers the controller gave back to the pool, by what they were (hidden-image, half-removed-image, unfinished-image, temporary-snapshot, snapshot-claim).",
 		}, []string{"what"}),
+		rewraps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "kek_rewraps_total",
+			Help:      "Data keys of encrypted volumes the KEK rotation re-wrapped to their KMS's current KEK, by KMS ID (unknown: a malformed record, or a KMS the configuration lacks) and result (success, or error: the volume keeps its old wrapping).",
+		}, []string{"kms", "result"}),
+		rotationPasses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "kek_rotation_passes_total",
+			Help:      "Passes of the KEK rotation over every pool, by result (success, or error: part of it failed; the log says why).",
+		}, []string{"result"}),
+		rotationPending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "kek_rotation_pending_volumes",
+			Help:      "After the last KEK rotation pass, by KMS ID: encrypted volumes whose data key is still wrapped by another KEK than the current one, or could not be checked. 0: the KMS's old KEKs may be removed.",
+		}, []string{"kms"}),
 	}
-	for _, c := range []prometheus.Collector{m.calls, m.latency, m.inFlight, m.cephOps, m.background, m.sweeps, m.reclaimed, m.trims, m.trimmed} {
+	for _, c := range []prometheus.Collector{m.calls, m.latency, m.inFlight, m.cephOps, m.background, m.sweeps, m.reclaimed, m.trims, m.trimmed,
+		m.rewraps, m.rotationPasses, m.rotationPending} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -141,7 +162,8 @@ func (m *Metrics) ObserveCephOp(op string, took time.Duration, err error) {
 }
 
 // BackgroundTasks moves the gauge of running background tasks of a kind;
-// with Swept and Reclaimed, Metrics is a controller.Upkeep.
+// with Swept, Reclaimed, Rewrapped and RotationPassed, Metrics is a
+// controller.Upkeep.
 func (m *Metrics) BackgroundTasks(kind string, delta int) {
 	m.background.WithLabelValues(kind).Add(float64(delta))
 }
@@ -151,6 +173,25 @@ func (m *Metrics) Swept(err error) { m.sweeps.WithLabelValues(result(err)).Inc()
 
 // Reclaimed counts one leftover removed.
 func (m *Metrics) Reclaimed(what string) { m.reclaimed.WithLabelValues(what).Inc() }
+
+// Rewrapped counts one data key re-wrapped by the KEK rotation, or not.
+func (m *Metrics) Rewrapped(kmsID string, err error) {
+	m.rewraps.WithLabelValues(kmsID, result(err)).Inc()
+}
+
+// RotationPassed counts one KEK rotation pass and sets the pending gauge
+// of each KMS it reports (a pass that could not start reports none, and
+// the gauges keep the last pass's counts).
+func (m *Metrics) RotationPassed(pending map[string]int, err error) {
+	m.rotationPasses.WithLabelValues(result(err)).Inc()
+	if pending == nil {
+		return
+	}
+	m.rotationPending.Reset()
+	for kmsID, n := range pending {
+		m.rotationPending.WithLabelValues(kmsID).Set(float64(n))
+	}
+}
 
 // Trimmed counts one volume's trim on the node (node.TrimObserver).
 func (m *Metrics) Trimmed(result string, bytes uint64) {

@@ -1,0 +1,277 @@
+package controller
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/rbdcsi/rbdcsi/internal/kms"
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
+)
+
+// KEK rotation, with no node involved. An admin rotates a KMS's KEK by
+// adding the new KEK to the Secret and pointing <prefix>Current at it. A
+// pass over every pool the controller's credentials read then re-wraps,
+// with the KEKs of the controller's own Secret (Options.KMSSecrets), each
+// DEK wrapped by another KEK than its KMS's current one: volumes, and the
+// hidden images of deleted volumes, whose records restores from their
+// snapshots use. Only the wrapped DEK changes (one metadata key, written
+// in one step): the LUKS header and the data stay as they are, mapped
+// volumes stay mapped, and a re-wrap that fails leaves the old wrapping,
+// which the old KEK still opens, for the next pass. The old KEK can go
+// once the pending count (Upkeep.RotationPassed) is 0 for its KMS.
+
+// DefaultKEKRotationInterval is how often the rotation pass runs.
+const DefaultKEKRotationInterval = 10 * time.Minute
+
+// rotationTimeout bounds one pass.
+const rotationTimeout = time.Hour
+
+// rotationKey names the pass among the tasks of its background.
+const rotationKey = "kek-rotation"
+
+// unknownKMSLabel stands for the KMS ID of a record that is malformed or
+// names a KMS the configuration lacks: no label of its own for that.
+const unknownKMSLabel = "unknown"
+
+// rotation runs the periodic re-wrap pass.
+type rotation struct {
+	c        *Controller
+	interval time.Duration
+	tasks    *background
+}
+
+// newRotation returns the rotation, or nil when the controller cannot
+// rotate: no KMS configuration, no secrets of its own, or no credentials
+// of its own to list pools with.
+func newRotation(c *Controller) *rotation {
+	o := c.opts
+	if o.KMS == nil || o.KMSSecrets == nil || c.cred == nil {
+		return nil
+	}
+	interval := o.KEKRotationInterval
+	if interval <= 0 {
+		interval = DefaultKEKRotationInterval
+	}
+	return &rotation{c: c, interval: interval, tasks: newBackground()}
+}
+
+// start runs a pass once per interval, the first one interval from now.
+func (r *rotation) start() {
+	if r == nil {
+		return
+	}
+	r.tasks.start(rotationKey, func(ctx context.Context) {
+		tick := time.NewTicker(r.interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			up := r.c.opts.Upkeep
+			up.BackgroundTasks(rotationKey, 1)
+			pctx, cancel := context.WithTimeout(ctx, rotationTimeout)
+			pending, err := r.pass(pctx)
+			cancel()
+			up.BackgroundTasks(rotationKey, -1)
+			if err != nil {
+				klog.ErrorS(err, "KEK rotation pass; the next pass tries again", "pending", pending)
+			}
+			up.RotationPassed(pending, err)
+		}
+	})
+}
+
+func (r *rotation) stop() {
+	if r != nil {
+		r.tasks.stop()
+	}
+}
+
+// rotationPass is the state of one pass: the KMSs opened with the
+// controller's secrets, and per KMS ID the volumes still wrapped by
+// another KEK than the current one.
+type rotationPass struct {
+	r        *rotation
+	secrets  map[string]string
+	keys     map[string]kms.Keys
+	kmsErrs  map[string]error
+	pending  map[string]int
+	failures int
+}
+
+// pass re-wraps every stale DEK in every pool, and returns per KMS ID
+// the volumes left stale; err is why part of the work could not be done.
+func (r *rotation) pass(ctx context.Context) (map[string]int, error) {
+	p := &rotationPass{r: r, keys: map[string]kms.Keys{}, kmsErrs: map[string]error{}, pending: map[string]int{}}
+	for id := range r.c.opts.KMS {
+		p.pending[id] = 0
+	}
+	var err error
+	if p.secrets, err = r.c.opts.KMSSecrets(); err != nil {
+		return nil, fmt.Errorf("the controller's secrets: %w", err)
+	}
+	var errs []error
+	for _, cluster := range r.c.clusters.All() {
+		pools, err := r.c.ownPools(ctx, cluster)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cluster %s: listing pools: %w", cluster.ClusterID, err))
+			continue
+		}
+		for _, pool := range pools {
+			if err := p.pool(ctx, pool); err != nil {
+				errs = append(errs, fmt.Errorf("cluster %s, pool %s: %w", cluster.ClusterID, pool.Name, err))
+			}
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(p.kmsErrs)) {
+		errs = append(errs, p.kmsErrs[id])
+	}
+	if p.failures > 0 {
+		errs = append(errs, fmt.Errorf("%d data keys could not be re-wrapped; they keep their old wrapping (see the log)", p.failures))
+	}
+	return p.pending, errors.Join(errs...)
+}
+
+// pool re-wraps the stale DEKs of the pool's volume and hidden images.
+func (p *rotationPass) pool(ctx context.Context, pool rbd.Pool) error {
+	c := p.r.c
+	names, err := c.backend.ListImages(ctx, pool)
+	if errors.Is(err, rbd.ErrPoolNotFound) || errors.Is(err, rbd.ErrPermission) {
+		return nil // gone, or not ours to read: nothing of ours there
+	}
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		_, hidden := c.names.hiddenID(name)
+		if !hidden && !c.names.isVolumeImage(name) {
+			continue
+		}
+		if err := p.image(ctx, pool, name, hidden); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// image re-wraps one image's DEK if it is stale. It holds the image's key
+// from the read to the write, so that no new volume of the same name
+// (CreateVolume holds it too) gets the old one's DEK. Only errors that
+// concern the pool are returned; a volume's own failure is reported.
+func (p *rotationPass) image(ctx context.Context, pool rbd.Pool, name string, hidden bool) error {
+	c := p.r.c
+	release, ok := c.locks.TryLock(imageKey(pool, name))
+	if !ok {
+		return nil // a request is on it; the next pass comes back
+	}
+	defer release()
+	info, err := c.backend.Stat(ctx, pool, name)
+	if errors.Is(err, rbd.ErrNotFound) {
+		return nil // deleted or renamed meanwhile
+	}
+	if err != nil {
+		return err
+	}
+	if !hidden && !c.names.finished(info.Metadata, name) {
+		return nil // a crash's leftover, never handed out: the sweep removes it
+	}
+	key, encrypted, err := kms.ReadVolumeKey(info.Metadata)
+	switch {
+	case !encrypted:
+		return nil
+	case err != nil:
+		p.failed(pool, name, unknownKMSLabel, err)
+		return nil
+	}
+	if _, configured := c.opts.KMS[key.KMSID]; !configured {
+		p.failed(pool, name, unknownKMSLabel, unknownKMS(c.opts.KMS, key.KMSID))
+		return nil
+	}
+	keys, ok := p.open(key.KMSID)
+	if !ok {
+		p.pending[key.KMSID]++
+		return nil
+	}
+	if key.DEK.KEKID() == keys.Current() {
+		return nil
+	}
+	wrapped, err := rewrap(ctx, keys, key.DEK)
+	if err == nil {
+		err = c.backend.SetMetadata(ctx, pool, name, map[string]string{kms.MetaDEK: string(wrapped)})
+		if errors.Is(err, rbd.ErrNotFound) {
+			return nil
+		}
+	}
+	if err != nil {
+		p.failed(pool, name, key.KMSID, err)
+		return nil
+	}
+	klog.V(2).InfoS("re-wrapped the data key of an encrypted volume", "pool", pool.Name, "image", name, "kms", key.KMSID, "from", key.DEK.KEKID(), "to", keys.Current())
+	c.opts.Upkeep.Rewrapped(key.KMSID, nil)
+	return nil
+}
+
+// failed reports a volume whose DEK stays as it was.
+func (p *rotationPass) failed(pool rbd.Pool, name, kmsID string, err error) {
+	klog.ErrorS(err, "re-wrapping the data key of an encrypted volume; it keeps its old wrapping, and the next pass tries again", "pool", pool.Name, "image", name, "kms", kmsID)
+	p.pending[kmsID]++
+	p.failures++
+	p.r.c.opts.Upkeep.Rewrapped(kmsID, err)
+}
+
+// open opens a configured KMS with the controller's secrets, once per
+// pass. One whose KEKs the secrets lack is an error of the pass (once),
+// and its volumes are left as they are.
+func (p *rotationPass) open(id string) (kms.Keys, bool) {
+	if k, ok := p.keys[id]; ok {
+		return k, true
+	}
+	if _, failed := p.kmsErrs[id]; failed {
+		return nil, false
+	}
+	keys, err := p.r.c.opts.KMS.Open(id, p.secrets)
+	if err == nil && keys.Current() == "" {
+		err = fmt.Errorf("KMS %s: the controller's secret (--controller-secret-dir) holds none of its KEKs, so its volumes are not re-wrapped", id)
+	}
+	if err != nil {
+		p.kmsErrs[id] = err
+		return nil, false
+	}
+	p.keys[id] = keys
+	return keys, true
+}
+
+// rewrap unwraps w and wraps its DEK with the current KEK, and checks
+// that the new wrap opens to the same DEK before anyone may store it.
+func rewrap(ctx context.Context, keys kms.Keys, w kms.Wrapped) (kms.Wrapped, error) {
+	dek, err := keys.Unwrap(ctx, w)
+	if err != nil {
+		return "", err
+	}
+	defer clear(dek)
+	nw, err := keys.Wrap(ctx, dek)
+	if err != nil {
+		return "", err
+	}
+	check, err := keys.Unwrap(ctx, nw)
+	if err != nil {
+		return "", fmt.Errorf("the new wrap does not open: %w", err)
+	}
+	defer clear(check)
+	if subtle.ConstantTimeCompare(check, dek) != 1 {
+		return "", errors.New("the new wrap opens to another data key")
+	}
+	return nw, nil
+}
