@@ -10,13 +10,18 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
 	"github.com/rbdcsi/rbdcsi/e2e/harness"
+	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/controller"
 	"github.com/rbdcsi/rbdcsi/internal/kms"
+	"github.com/rbdcsi/rbdcsi/internal/rbd/ceph"
 )
 
 // The controller's side of encrypted volumes on the real cluster: the key
@@ -290,5 +295,123 @@ func TestCryptCrashBeforeMetadata(t *testing.T) {
 	}
 	if imgs := e.c.Images(t); len(imgs) != 1 {
 		t.Fatalf("images after the retry: %v", imgs)
+	}
+}
+
+// rotationRecorder is the Upkeep of the in-process rotating controller.
+type rotationRecorder struct {
+	mu      sync.Mutex
+	passes  []map[string]int
+	errs    []error
+	rewraps int
+}
+
+func (r *rotationRecorder) BackgroundTasks(string, int) {}
+func (r *rotationRecorder) Swept(error)                 {}
+func (r *rotationRecorder) Reclaimed(string)            {}
+func (r *rotationRecorder) Rewrapped(_ string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		r.rewraps++
+	}
+}
+func (r *rotationRecorder) RotationPassed(pending map[string]int, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.passes, r.errs = append(r.passes, maps.Clone(pending)), append(r.errs, err)
+}
+
+// KEK rotation on the real cluster, with no node: the admin adds KEK a2
+// to the controller's Secret and makes it current; a controller with that
+// Secret (in process, with the real backend: the plugin's flag for its
+// Secret's KEKs is not wired yet) re-wraps the DEK of a volume and of a
+// deleted volume's hidden image in the real image metadata. A restore then
+// needs a2, and gets the same DEK.
+func TestCryptKEKRotation(t *testing.T) {
+	e := setupCrypt(t)
+	v := e.mustCreateIn(t, "crypt-rot", "tenant-a", e.secrets("a"), nil)
+	gone, err := e.createIn(t, "crypt-rot-gone", "tenant-a", e.secrets("a"), nil)
+	harness.Must(t, err, "CreateVolume")
+	snap, err := e.snapshot(t, "crypt-rot-snap", gone.VolumeId)
+	harness.Must(t, err, "CreateSnapshot")
+	t.Cleanup(func() { e.deleteSnapshot(t, snap.SnapshotId) })
+	e.delete(t, gone.VolumeId)
+	var hidden string
+	for _, img := range e.c.Images(t) {
+		if strings.HasPrefix(img, "csi-del-") {
+			hidden = img
+		}
+	}
+	if hidden == "" {
+		t.Fatalf("the deleted volume with a snapshot left no hidden image: %v", e.c.Images(t))
+	}
+	hiddenID := "v1:" + e.c.ClusterID + ":" + e.c.Pool + ":" + hidden // volumeKey reads the image by ID
+	before := map[string]kms.VolumeKey{}
+	deks := map[string][]byte{}
+	for _, id := range []string{v.VolumeId, hiddenID} {
+		before[id], deks[id] = e.volumeKey(t, id)
+	}
+
+	kekA2 := newKEK(t)
+	own := e.secrets("a")
+	own["encryptionKEK.a2"], own["encryptionKEKCurrent"] = kekA2, "a2"
+	clusters, err := config.LoadClusterMap(e.c.ConfigFile)
+	harness.Must(t, err, "cluster map")
+	conns := ceph.NewConns(ceph.DefaultOptions())
+	t.Cleanup(conns.Close)
+	rec := &rotationRecorder{}
+	ctrl := controller.New(controller.Options{
+		Backend: ceph.NewBackend(conns, ceph.BackendOptions{}), Clusters: clusters, InstanceID: e.c.Instance,
+		Credentials: &config.Credentials{ID: e.c.CSIUser, Key: e.c.CSIKey}, KMS: e.kms,
+		KMSSecrets: func() (map[string]string, error) { return maps.Clone(own), nil }, KEKRotationInterval: 100 * time.Millisecond,
+		Upkeep: rec,
+	})
+	waitFor(t, "a complete rotation pass", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		n := len(rec.passes)
+		return n > 0 && rec.errs[n-1] == nil && rec.passes[n-1]["tenant-a"] == 0 && rec.rewraps >= 2
+	})
+	ctrl.Close()
+
+	all := e.secrets("a", "b")
+	all["encryptionKEK.a2"], all["encryptionKEKCurrent"] = kekA2, "a2"
+	for _, id := range []string{v.VolumeId, hiddenID} {
+		key, ok, err := kms.ReadVolumeKey(e.imageMeta(t, id))
+		if err != nil || !ok {
+			t.Fatalf("%s: no record after the rotation: %v", id, err)
+		}
+		keys, err := e.kms.Open(key.KMSID, all)
+		harness.Must(t, err, "open KMS")
+		dek, err := keys.Unwrap(harness.Ctx(t), key.DEK)
+		harness.Must(t, err, "unwrap %s after the rotation", id)
+		if key.DEK.KEKID() != "a2" || key.State != before[id].State || key.KMSID != "tenant-a" || !bytes.Equal(dek, deks[id]) {
+			t.Errorf("%s after the rotation: %+v (same DEK %v), was %+v", id, key, bytes.Equal(dek, deks[id]), before[id])
+		}
+	}
+
+	// A provisioner Secret that still holds only the old KEK no longer opens
+	// the snapshot's DEK; one with the new KEK does, to the same DEK.
+	_, err = e.createIn(t, "crypt-rot-restore", "tenant-a", e.secrets("a"), fromSnapshot(snap.SnapshotId))
+	wantCode(t, err, codes.FailedPrecondition, "a restore with only the old KEK")
+	if !strings.Contains(err.Error(), "encryptionKEK.a2") {
+		t.Errorf("the refusal does not name the KEK it needs: %v", err)
+	}
+	withNew := e.secrets("a")
+	withNew["encryptionKEK.a2"], withNew["encryptionKEKCurrent"] = kekA2, "a2"
+	restore := e.mustCreateIn(t, "crypt-rot-restore", "tenant-a", withNew, fromSnapshot(snap.SnapshotId))
+	key, ok, err := kms.ReadVolumeKey(e.imageMeta(t, restore.VolumeId))
+	if err != nil || !ok || key.DEK.KEKID() != "a2" {
+		t.Fatalf("the restore's record: %+v, %v", key, err)
+	}
+	keys, err := e.kms.Open("tenant-a", all)
+	harness.Must(t, err, "open KMS")
+	dek, err := keys.Unwrap(harness.Ctx(t), key.DEK)
+	if err != nil || !bytes.Equal(dek, deks[hiddenID]) {
+		t.Fatalf("the restore after the rotation has another DEK (%v)", err)
+	}
+	if strings.Contains(e.p.Logs(), kekA2) {
+		t.Error("the new KEK is in the plugin log")
 	}
 }
