@@ -19,6 +19,7 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/controller"
 	"github.com/rbdcsi/rbdcsi/internal/driver"
+	"github.com/rbdcsi/rbdcsi/internal/kms"
 	"github.com/rbdcsi/rbdcsi/internal/metrics"
 	"github.com/rbdcsi/rbdcsi/internal/node"
 	"github.com/rbdcsi/rbdcsi/internal/nodereg"
@@ -61,6 +62,7 @@ func parseFlags(args []string) (flags, error) {
 	fs.StringVar(&f.mode, "mode", "all", "services to run: controller, node or all")
 	fs.StringVar(&f.clusterConfig, "cluster-config", "/etc/rbdcsi/cluster-config.json", "JSON list of {clusterID, monitors[]}")
 	fs.StringVar(&f.kmsConfig, "kms-config", "", "JSON map from KMS ID (a StorageClass's encryptionKMSID) to where its key encryption keys come from (README, Encryption); empty: encrypted classes are refused")
+	fs.DurationVar(&f.ctrl.KEKRotationInterval, "kek-rotation-interval", controller.DefaultKEKRotationInterval, "with --kms-config and --controller-secret-dir: how often the controller re-wraps the data keys of encrypted volumes whose KEK is not their KMS's current one, with the KEKs in that Secret")
 	fs.StringVar(&f.secretDir, "controller-secret-dir", "", "directory with userID and userKey files (a mounted Secret) for the controller calls that carry no secrets: ListVolumes, GetCapacity, ControllerGetVolume")
 	fs.DurationVar(&f.cephTimeout, "ceph-timeout", 10*time.Second, "bound on every Ceph operation")
 	fs.DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long in-flight calls may run after SIGTERM")
@@ -202,6 +204,10 @@ func run(ctx context.Context, f flags) error {
 		o := f.ctrl
 		o.Backend, o.Clusters, o.Credentials, o.Fault, o.Upkeep = backend, clusters, cred, fault, upkeep
 		o.KMS = kmsConfig
+		if dir := f.secretDir; dir != "" && kmsConfig != nil {
+			// Re-read at every pass: a rotation adds a KEK to the Secret.
+			o.KMSSecrets = func() (map[string]string, error) { return kms.SecretsFromDir(dir) }
+		}
 		if nodes != nil {
 			o.Nodes = nodes
 		}
