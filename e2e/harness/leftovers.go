@@ -72,7 +72,8 @@ func (l Leftovers) Describe() []string {
 // KernelMappings lists the images mapped through the kernel: krbd devices
 // ("krbd /dev/rbd0 pool/image") and nbd devices that have a server process
 // ("nbd /dev/nbd0 pid 123"; the kernel shows the pid file only while
-// connected). A kernel without rbd or nbd has none.
+// connected), and the driver's dm-crypt devices on them. A kernel without
+// rbd or nbd has none.
 func KernelMappings() ([]string, error) {
 	var out []string
 	ids, err := filepath.Glob("/sys/bus/rbd/devices/*")
@@ -89,7 +90,15 @@ func KernelMappings() ([]string, error) {
 			out = append(out, fmt.Sprintf("nbd /dev/%s pid %s", filepath.Base(filepath.Dir(p)), strings.TrimSpace(string(pid))))
 		}
 	}
-	return out, errors.Join(err, gerr)
+	// The driver's dm-crypt devices (encrypted volumes) sit on those.
+	names, derr := filepath.Glob("/sys/block/dm-*/dm/name")
+	for _, p := range names {
+		name, rerr := os.ReadFile(p)
+		if n := strings.TrimSpace(string(name)); rerr == nil && strings.HasPrefix(n, "rbdcsi-") {
+			out = append(out, fmt.Sprintf("dm-crypt /dev/mapper/%s", n))
+		}
+	}
+	return out, errors.Join(err, gerr, derr)
 }
 
 // MountsUnder lists the mounts at or below dir.

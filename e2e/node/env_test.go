@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -56,6 +57,19 @@ type env struct {
 	dir    string   // this test's paths
 	state  string   // the plugin's --state-dir
 	images []string // of the volumes the test created
+	// keks are secret keys beyond the Ceph user's that calls carry (the
+	// KEKs of encrypted volumes), kept out of logs and files like the key.
+	keks map[string]string
+	// secretDir is the controller's --controller-secret-dir when a test
+	// set its own (setupCrypt).
+	secretDir string
+}
+
+// secrets are what the test's calls carry: the Ceph user and any KEKs.
+func (e *env) secrets() map[string]string {
+	s := e.c.Secrets()
+	maps.Copy(s, e.keks)
+	return s
 }
 
 // mounter is the mapper the suite stages with: $RBDCSI_E2E_MOUNTER (krbd or
@@ -122,20 +136,27 @@ func setupWith(t *testing.T, c harness.Cluster, extraArgs ...string) *env {
 // key (CEPH_CSI_KEY), and every process started from it inherits it.
 func (e *env) expectKeyNowhere() {
 	e.t.Helper()
-	key := e.c.CSIKey
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, p := range procs {
-		if b, err := os.ReadFile(filepath.Join(p, "cmdline")); err == nil && strings.Contains(string(b), key) {
-			e.t.Errorf("the key is on the command line of %s", p)
+	keys := map[string]string{"the Ceph key": e.c.CSIKey}
+	for name, kek := range e.keks {
+		if !strings.HasSuffix(name, "Current") { // names a KEK, holds none
+			keys[name] = kek
 		}
 	}
-	if strings.Contains(e.p.Logs(), key) {
-		e.t.Errorf("the key is in the plugin log")
-	}
-	for _, p := range tree(e.t, e.dir) {
-		path, _, _ := strings.Cut(p, " ")
-		if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), key) {
-			e.t.Errorf("the key is in %s", path)
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for what, key := range keys {
+		for _, p := range procs {
+			if b, err := os.ReadFile(filepath.Join(p, "cmdline")); err == nil && strings.Contains(string(b), key) {
+				e.t.Errorf("%s is on the command line of %s", what, p)
+			}
+		}
+		if strings.Contains(e.p.Logs(), key) {
+			e.t.Errorf("%s is in the plugin log", what)
+		}
+		for _, p := range tree(e.t, e.dir) {
+			path, _, _ := strings.Cut(p, " ")
+			if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), key) {
+				e.t.Errorf("%s is in %s", what, path)
+			}
 		}
 	}
 }
@@ -185,13 +206,13 @@ func (e *env) createVolume(name string, size int64, c *csi.VolumeCapability, par
 	e.t.Helper()
 	resp, err := e.cc.CreateVolume(harness.Ctx(e.t), &csi.CreateVolumeRequest{
 		Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: size},
-		VolumeCapabilities: []*csi.VolumeCapability{c}, Parameters: e.c.Params(params...), Secrets: e.c.Secrets(),
+		VolumeCapabilities: []*csi.VolumeCapability{c}, Parameters: e.c.Params(params...), Secrets: e.secrets(),
 	})
 	harness.Must(e.t, err, "CreateVolume %s", name)
 	id := resp.Volume.VolumeId
 	e.images = append(e.images, id[strings.LastIndex(id, ":")+1:])
 	e.t.Cleanup(func() {
-		_, err := e.cc.DeleteVolume(harness.Ctx(e.t), &csi.DeleteVolumeRequest{VolumeId: resp.Volume.VolumeId, Secrets: e.c.Secrets()})
+		_, err := e.cc.DeleteVolume(harness.Ctx(e.t), &csi.DeleteVolumeRequest{VolumeId: resp.Volume.VolumeId, Secrets: e.secrets()})
 		harness.Must(e.t, err, "DeleteVolume %s", name)
 	})
 	return resp.Volume
@@ -200,7 +221,7 @@ func (e *env) createVolume(name string, size int64, c *csi.VolumeCapability, par
 func (e *env) stageReq(v *csi.Volume, staging string, c *csi.VolumeCapability) *csi.NodeStageVolumeRequest {
 	return &csi.NodeStageVolumeRequest{
 		VolumeId: v.VolumeId, StagingTargetPath: staging, VolumeCapability: c,
-		VolumeContext: v.VolumeContext, Secrets: e.c.Secrets(),
+		VolumeContext: v.VolumeContext, Secrets: e.secrets(),
 	}
 }
 

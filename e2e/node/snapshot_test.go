@@ -15,17 +15,17 @@ import (
 
 // createFrom creates a volume from a snapshot or a volume and deletes it
 // when the test ends.
-func (e *env) createFrom(name string, size int64, c *csi.VolumeCapability, src *csi.VolumeContentSource) *csi.Volume {
+func (e *env) createFrom(name string, size int64, c *csi.VolumeCapability, src *csi.VolumeContentSource, params ...string) *csi.Volume {
 	e.t.Helper()
 	resp, err := e.cc.CreateVolume(harness.Ctx(e.t), &csi.CreateVolumeRequest{
 		Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: size}, VolumeCapabilities: []*csi.VolumeCapability{c},
-		Parameters: e.c.Params(), Secrets: e.c.Secrets(), VolumeContentSource: src,
+		Parameters: e.c.Params(params...), Secrets: e.secrets(), VolumeContentSource: src,
 	})
 	harness.Must(e.t, err, "CreateVolume %s from %v", name, src)
 	id := resp.Volume.VolumeId
 	e.images = append(e.images, id[strings.LastIndex(id, ":")+1:])
 	e.t.Cleanup(func() {
-		_, err := e.cc.DeleteVolume(harness.Ctx(e.t), &csi.DeleteVolumeRequest{VolumeId: id, Secrets: e.c.Secrets()})
+		_, err := e.cc.DeleteVolume(harness.Ctx(e.t), &csi.DeleteVolumeRequest{VolumeId: id, Secrets: e.secrets()})
 		harness.Must(e.t, err, "DeleteVolume %s", name)
 	})
 	return resp.Volume
