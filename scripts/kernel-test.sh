@@ -126,8 +126,8 @@ log "clusters up on $NET.1 in network namespace $ns ($((SECONDS - t0)) s so far)
 # (mapping, data, growth, a killed plugin, a lost mapping, options, bad
 # input, the object map it keeps, journaling, the re-attach of a dead
 # daemon; krbd has no daemon to lose). KERNEL_TEST_FULL=1 runs everything with both.
-readonly NBD_TESTS='TestBlock|TestFilesystem|TestFstrimGivesSpaceBack|TestQoSInThePodCgroup|TestLibrbdQoSReachesAMappedVolume|TestOnlineGrowthUnderWrites|TestKilledBetweenStageAndUnstage|TestStagedVolumeLostOnReboot|TestMapOptions|TestBadInput|TestDefaultFeaturesMapAndTrackWrites|TestJournalingByMapper|TestNBDReattachAfterDaemonDied'
-readonly KRBD_SKIP='TestSixteenVolumesStagedInParallel|TestStageWithUserWithoutAccess|TestNBDReattachAfterDaemonDied'
+readonly NBD_TESTS='TestBlock|TestFilesystem|TestFstrimGivesSpaceBack|TestQoSInThePodCgroup|TestLibrbdQoSReachesAMappedVolume|TestOnlineGrowthUnderWrites|TestKilledBetweenStageAndUnstage|TestStagedVolumeLostOnReboot|TestMapOptions|TestBadInput|TestDefaultFeaturesMapAndTrackWrites|TestJournalingByMapper|TestNBDReattachAfterDaemonDied|TestEncrypted[A-Za-z]*'
+readonly KRBD_SKIP='TestSixteenVolumesStagedInParallel|TestStageWithUserWithoutAccess|TestNBDReattachAfterDaemonDied|TestEncrypted[A-Za-z]*'
 # tests MAPPER: go test's -run and -skip arguments.
 tests() {
 	if [[ -n ${KERNEL_TEST_RUN:-} ]]; then

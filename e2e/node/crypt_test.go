@@ -3,6 +3,8 @@ package node
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/base64"
 	"fmt"
 	"maps"
@@ -10,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -369,4 +372,69 @@ func luksUUID(t *testing.T, device string) string {
 	out, err := exec.Command("cryptsetup", "luksUUID", device).CombinedOutput()
 	harness.Must(t, err, "cryptsetup luksUUID %s: %s", device, out)
 	return strings.TrimSpace(string(out))
+}
+
+// A node plugin restarted after losing a volume's state finds the
+// dm-crypt device of that staged block volume, which no record names now,
+// and closes it; a dm-crypt device that is not the driver's stays open.
+// The unstage that follows (without a record) unmaps the image.
+func TestEncryptedStaleDeviceClosedAtStart(t *testing.T) {
+	e := setupCrypt(t)
+	c := blockCap(singleWriter)
+	v := e.createVolume("crypt-stale", 64*mib, c, encrypted("tenant-a")...)
+	staging := e.path("staging")
+	e.stage(v, staging, c)
+	ours := dmNames(t)
+	if len(ours) != 1 || !strings.HasPrefix(ours[0], "rbdcsi-") {
+		t.Fatalf("dm devices after the stage: %v", ours)
+	}
+	foreign := e.openForeignCrypt(c)
+
+	e.p.Kill()
+	harness.Must(t, os.Remove(e.recordPath(v)), "drop the record of %s", v.VolumeId)
+	e.p.Start()
+	waitFor(t, "the restarted plugin to close "+ours[0], func() bool { return !slices.Contains(dmNames(t), ours[0]) })
+	if !slices.Contains(dmNames(t), foreign) {
+		t.Errorf("the restarted plugin closed %s, which is not its own", foreign)
+	}
+}
+
+// dmNames lists the device-mapper devices of the node.
+func dmNames(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob("/sys/block/dm-*/dm/name")
+	harness.Must(t, err, "list dm devices")
+	var names []string
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil {
+			names = append(names, strings.TrimSpace(string(b)))
+		}
+	}
+	return names
+}
+
+// openForeignCrypt opens a plain dm-crypt device that is not the
+// driver's, on a plain volume of the test, and closes it when the test
+// ends.
+func (e *env) openForeignCrypt(c *csi.VolumeCapability) string {
+	e.t.Helper()
+	v := e.createVolume("not-ours", 16*mib, c)
+	staging, target := e.path("foreign-staging"), e.path("foreign-target")
+	e.stage(v, staging, c)
+	e.publish(v, staging, target, c, false)
+	const name = "foreign-test"
+	open := exec.Command("cryptsetup", "open", "--type", "plain", "--cipher", "aes-xts-plain64", "--key-size", "256",
+		"--key-file", "-", target, name)
+	open.Stdin = bytes.NewReader(bytes.Repeat([]byte{1}, 32))
+	b, err := open.CombinedOutput()
+	harness.Must(e.t, err, "cryptsetup open --type plain: %s", b)
+	e.t.Cleanup(func() { _ = exec.Command("cryptsetup", "close", name).Run() })
+	return name
+}
+
+// recordPath is the node's state file of v (internal/node: the first 16
+// bytes of sha256 of the volume ID, in hex).
+func (e *env) recordPath(v *csi.Volume) string {
+	sum := sha256.Sum256([]byte(v.VolumeId))
+	return filepath.Join(e.state, "volumes", hex.EncodeToString(sum[:16])+".json")
 }
