@@ -119,33 +119,27 @@ func renderValues(t *testing.T, valueFiles ...string) *rendered {
 		t.Fatalf("helm template -f %s: %v\n%s", strings.Join(valueFiles, " -f "), err, stderr)
 	}
 	where := filepath.Base(valueFiles[len(valueFiles)-1])
-	dec := strictDecoder(newScheme(t))
-	r := &rendered{manifests: &manifests{}}
-	for i, doc := range splitDocuments(out) {
-		file := where
+	fileOf := func(doc []byte) string {
 		if m := helmSource.FindSubmatch(doc); m != nil {
-			file += ":" + string(m[1])
+			return where + ":" + string(m[1])
 		}
-		var tm struct{ APIVersion, Kind string }
-		if err := yaml.Unmarshal(doc, &tm); err != nil {
-			t.Errorf("%s#%d: %v", file, i, err)
-			continue
-		}
-		if tm.Kind == "ServiceMonitor" && tm.APIVersion == "monitoring.coreos.com/v1" {
-			var sm serviceMonitor
-			if err := yaml.UnmarshalStrict(doc, &sm); err != nil {
-				t.Errorf("%s#%d: %v", file, i, err)
-			}
-			r.monitors = append(r.monitors, sm)
-			continue
-		}
-		obj, gvk, err := dec.Decode(doc, nil, nil)
-		if err != nil {
-			t.Errorf("%s#%d: %v", file, i, err)
-			continue
-		}
-		r.objects = append(r.objects, object{file: file, doc: i, gvk: *gvk, obj: obj})
+		return where
 	}
+	r := &rendered{manifests: &manifests{}}
+	// ServiceMonitors are not in the scheme: decoded on their own.
+	takeMonitor := func(file string, i int, doc []byte) bool {
+		var tm struct{ APIVersion, Kind string }
+		if err := yaml.Unmarshal(doc, &tm); err != nil || tm.Kind != "ServiceMonitor" || tm.APIVersion != "monitoring.coreos.com/v1" {
+			return false // a bad document fails in the strict decode
+		}
+		var sm serviceMonitor
+		if err := yaml.UnmarshalStrict(doc, &sm); err != nil {
+			t.Errorf("%s#%d: %v", file, i, err)
+		}
+		r.monitors = append(r.monitors, sm)
+		return true
+	}
+	r.objects = decodeDocuments(t, strictDecoder(newScheme(t)), out, fileOf, takeMonitor)
 	if t.Failed() {
 		t.FailNow()
 	}

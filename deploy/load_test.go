@@ -135,24 +135,37 @@ func loadAll(t *testing.T) *manifests {
 			if err != nil {
 				t.Fatal(err)
 			}
-			docs := splitDocuments(data)
-			if len(docs) == 0 {
+			if len(splitDocuments(data)) == 0 {
 				t.Errorf("%s: no YAML document", file)
 			}
-			for i, doc := range docs {
-				obj, gvk, err := dec.Decode(doc, nil, nil)
-				if err != nil {
-					t.Errorf("%s#%d: %v", file, i, err)
-					continue
-				}
-				m.objects = append(m.objects, object{file: file, doc: i, gvk: *gvk, obj: obj})
-			}
+			m.objects = append(m.objects, decodeDocuments(t, dec, data, func([]byte) string { return file }, nil)...)
 		}
 	}
 	if t.Failed() {
 		t.FailNow()
 	}
 	return m
+}
+
+// decodeDocuments decodes the YAML documents of data strictly; a failure
+// fails t, naming the document's file (fileOf) and index. take, if set,
+// is offered each document first, and a document it takes is not decoded.
+func decodeDocuments(t *testing.T, dec runtime.Decoder, data []byte, fileOf func(doc []byte) string, take func(file string, i int, doc []byte) bool) []object {
+	t.Helper()
+	var out []object
+	for i, doc := range splitDocuments(data) {
+		file := fileOf(doc)
+		if take != nil && take(file, i, doc) {
+			continue
+		}
+		obj, gvk, err := dec.Decode(doc, nil, nil)
+		if err != nil {
+			t.Errorf("%s#%d: %v", file, i, err)
+			continue
+		}
+		out = append(out, object{file: file, doc: i, gvk: *gvk, obj: obj})
+	}
+	return out
 }
 
 // all returns the objects of type T, with where they came from.
