@@ -29,8 +29,9 @@ readonly CACHE
 readonly KERNEL_PACKAGES=(qemu-system-x86 busybox-static cpio)
 # What the tests load in the guest; dependencies come from modprobe.
 # dm-crypt finds its cipher modes and cryptsetup its keyslot cipher (AF_ALG)
-# by name: the guest has no modprobe to load them on demand.
-readonly MODULES=(virtio_pci virtio_net virtio_rng 9pnet_virtio 9p rbd nbd ext4 xfs dm_crypt xts algif_skcipher)
+# by name: the guest has no modprobe to load them on demand. loop and fuse
+# serve the fuse mapper under an encrypted volume.
+readonly MODULES=(virtio_pci virtio_net virtio_rng 9pnet_virtio 9p rbd nbd ext4 xfs dm_crypt xts algif_skcipher loop fuse)
 
 # shellcheck source=scripts/lib.sh
 source "$HERE/lib.sh"
