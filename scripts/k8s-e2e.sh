@@ -141,12 +141,7 @@ main() {
 	"$KUBECTL" apply -k "$work/deploy/e2e"
 	"$KUBECTL" -n rbdcsi rollout status deployment/rbdcsi-controller --timeout=180s
 	"$KUBECTL" -n rbdcsi-node rollout status daemonset/rbdcsi-node --timeout=180s
-	local i
-	for ((i = 0; i < 120; i++)); do
-		[[ $("$KUBECTL" get csinode "$E2E_NODE_NAME" -o jsonpath='{.spec.drivers[*].name}' 2>/dev/null) == *rbd.csi.rbdcsi.dev* ]] && break
-		sleep 1
-	done
-	((i < 120)) || die "the node plugin did not register with kubelet within 120 s"
+	wait_registered yes || die "the node plugin did not register with kubelet within 120 s"
 	log "driver deployed after $((SECONDS - t0)) s"
 
 	export RBDCSI_E2E_K8S=1 E2E_CLUSTER_CONFIG=$work/deploy/e2e/local/cluster-config.json
@@ -163,6 +158,19 @@ main() {
 	return "$rc"
 }
 
+# wait_registered yes|no: waits up to 120 s until the node's CSINode lists
+# the driver (yes) or no longer does (no); fails after that.
+wait_registered() {
+	local want=$1 i listed
+	for ((i = 0; i < 120; i++)); do
+		listed=no
+		[[ $("$KUBECTL" get csinode "$E2E_NODE_NAME" -o jsonpath='{.spec.drivers[*].name}' 2>/dev/null) == *rbd.csi.rbdcsi.dev* ]] && listed=yes
+		[[ $listed == "$want" ]] && return 0
+		sleep 1
+	done
+	return 1
+}
+
 go_test() {
 	go test -tags="$("$ROOT/build/ceph-tags.sh"),e2e_k8s" -count=1 -timeout 45m -v ./e2e/k8s/ "$@"
 }
@@ -172,17 +180,13 @@ go_test() {
 # release of deploy/helm/rbdcsi with deploy/e2e/helm-values.yaml, and runs
 # the volume scenarios, the upgrade and the uninstall on it.
 helm_pass() {
-	local work=$1 t0=$SECONDS i
+	local work=$1 t0=$SECONDS
 	shift
 	local cache=${RBDCSI_E2E_CACHE:-/var/cache/rbdcsi-e2e}
 	printf '#!/bin/sh\nexec %q --kubeconfig %q "$@"\n' "$cache/bin/helm" "$KUBECONFIG" >"$work/helm.sh"
 	chmod +x "$work/helm.sh"
 	"$KUBECTL" delete -k "$work/deploy/e2e" --wait=true --timeout=180s || die "deleting the kustomize install failed"
-	for ((i = 0; i < 120; i++)); do
-		[[ $("$KUBECTL" get csinode "$E2E_NODE_NAME" -o jsonpath='{.spec.drivers[*].name}' 2>/dev/null) != *rbd.csi.rbdcsi.dev* ]] && break
-		sleep 1
-	done
-	((i < 120)) || die "kubelet still lists the driver 120 s after the kustomize install was deleted"
+	wait_registered no || die "kubelet still lists the driver 120 s after the kustomize install was deleted"
 	log "kustomize install removed after $((SECONDS - t0)) s"
 
 	# What the admin makes before `helm install` (README): the release
@@ -201,11 +205,7 @@ helm_pass() {
 	) >"$work/helm-local.yaml" || die "writing $work/helm-local.yaml failed"
 	"$work/helm.sh" install rbdcsi "$ROOT/deploy/helm/rbdcsi" --namespace rbdcsi \
 		-f "$ROOT/deploy/e2e/helm-values.yaml" -f "$work/helm-local.yaml" --wait --timeout 5m || die "helm install failed"
-	for ((i = 0; i < 120; i++)); do
-		[[ $("$KUBECTL" get csinode "$E2E_NODE_NAME" -o jsonpath='{.spec.drivers[*].name}' 2>/dev/null) == *rbd.csi.rbdcsi.dev* ]] && break
-		sleep 1
-	done
-	((i < 120)) || die "the Helm-installed node plugin did not register with kubelet within 120 s"
+	wait_registered yes || die "the Helm-installed node plugin did not register with kubelet within 120 s"
 	log "helm install done after $((SECONDS - t0)) s"
 
 	export RBDCSI_E2E_INSTALL=helm E2E_HELM=$work/helm.sh E2E_HELM_CHART=$ROOT/deploy/helm/rbdcsi
