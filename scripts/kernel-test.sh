@@ -128,7 +128,7 @@ log "clusters up on $NET.1 in network namespace $ns ($((SECONDS - t0)) s so far)
 # daemon; krbd has no daemon to lose) and the encrypted volumes but the one
 # on the fuse mapper, which krbd's run has. KERNEL_TEST_FULL=1 runs
 # everything with both.
-readonly NBD_TESTS='TestBlock|TestFilesystem|TestFstrimGivesSpaceBack|TestQoSInThePodCgroup|TestLibrbdQoSReachesAMappedVolume|TestOnlineGrowthUnderWrites|TestKilledBetweenStageAndUnstage|TestStagedVolumeLostOnReboot|TestMapOptions|TestBadInput|TestDefaultFeaturesMapAndTrackWrites|TestJournalingByMapper|TestNBDReattachAfterDaemonDied|TestEncrypted(Volumes|VolumeKeyRefusals|RestoreAndClone|CrashAfterFormat|KEKRotationUnderMountedVolume|StaleDeviceClosedAtStart)'
+readonly NBD_TESTS='TestBlock|TestFilesystem|TestFstrimGivesSpaceBack|TestQoSInThePodCgroup|TestLibrbdQoSReachesAMappedVolume|TestOnlineGrowthUnderWrites|TestKilledBetweenStageAndUnstage|TestStagedVolumeLostOnReboot|TestMapOptions|TestBadInput|TestDefaultFeaturesMapAndTrackWrites|TestJournalingByMapper|TestNBDReattachAfterDaemonDied|TestEncrypted(Volumes|VolumeKeyRefusals|RestoreAndClone|CrashAfterFormat|KEKRotationUnderMountedVolume|StaleDeviceClosedAtStart|Discards)'
 readonly KRBD_SKIP='TestSixteenVolumesStagedInParallel|TestStageWithUserWithoutAccess|TestNBDReattachAfterDaemonDied'
 # tests MAPPER: go test's -run and -skip arguments.
 tests() {

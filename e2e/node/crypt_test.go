@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -458,4 +459,43 @@ func TestEncryptedWithFuseMapper(t *testing.T) {
 	e.expectNoPlaintext(v)
 	target = e.mountAt(v, "fuse", c)
 	expectContent(t, filepath.Join(target, "data"), plaintext, "the fuse-mapped volume after a restage")
+}
+
+// Discards pass the encryption only where the class allows them: with
+// encryptionAllowDiscards a deleted file's space goes back to Ceph at the
+// next fstrim; without, the dm-crypt device refuses discards and the
+// image keeps its size (what it does not reveal: which blocks are free).
+func TestEncryptedDiscards(t *testing.T) {
+	e := setupCrypt(t)
+	c := mountCap("ext4", singleWriter)
+	for _, allow := range []bool{false, true} {
+		params := encrypted("tenant-a")
+		if allow {
+			params = append(params, "encryptionAllowDiscards", "true")
+		}
+		v := e.createVolume(fmt.Sprintf("crypt-discards-%v", allow), 256*mib, c, params...)
+		image := v.VolumeId[strings.LastIndex(v.VolumeId, ":")+1:]
+		staging := e.path(fmt.Sprintf("staging-%v", allow))
+		e.stage(v, staging, c)
+		status, err := exec.Command("cryptsetup", "status", filepath.Base(mountSource(staging))).CombinedOutput()
+		harness.Must(t, err, "cryptsetup status: %s", status)
+		if got := regexp.MustCompile(`(?m)^\s*flags:.*discards`).Match(status); got != allow {
+			t.Errorf("allowDiscards %v: the dm-crypt device's flags say discards %v:\n%s", allow, got, status)
+		}
+
+		const size = 48 * mib
+		writeRandom(t, filepath.Join(staging, "data"), size)
+		before := e.usedBytes(image)
+		harness.Must(t, os.Remove(filepath.Join(staging, "data")), "remove")
+		syscall.Sync() // ext4 trims only blocks whose freeing is committed
+		out, err := exec.Command("fstrim", "-v", staging).CombinedOutput()
+		after := e.usedBytes(image)
+		t.Logf("allowDiscards %v: fstrim: %s (%v); rbd du %d -> %d MiB", allow, strings.TrimSpace(string(out)), err, before>>20, after>>20)
+		switch {
+		case allow && (err != nil || after+size*2/3 > before):
+			t.Errorf("with discards allowed, the trim gave back %d of the %d MiB deleted", (before-min(before, after))>>20, size>>20)
+		case !allow && (err == nil || after+8*mib < before):
+			t.Errorf("without discards allowed, fstrim succeeded (%v) or the image shrank (%d -> %d MiB)", err, before>>20, after>>20)
+		}
+	}
 }
