@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // background runs keyed work off the request path: at most one task per
@@ -40,6 +41,23 @@ func (b *background) start(key string, fn func(ctx context.Context)) {
 		}()
 		fn(b.ctx)
 	}()
+}
+
+// every runs fn as task key once per interval, the first time one
+// interval from now, until stop.
+func (b *background) every(key string, interval time.Duration, fn func(ctx context.Context)) {
+	b.start(key, func(ctx context.Context) {
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			fn(ctx)
+		}
+	})
 }
 
 // busy reports whether a task of that key is running.

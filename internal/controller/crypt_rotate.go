@@ -67,26 +67,17 @@ func (r *rotation) start() {
 	if r == nil {
 		return
 	}
-	r.tasks.start(rotationKey, func(ctx context.Context) {
-		tick := time.NewTicker(r.interval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			up := r.c.opts.Upkeep
-			up.BackgroundTasks(rotationKey, 1)
-			pctx, cancel := context.WithTimeout(ctx, rotationTimeout)
-			pending, err := r.pass(pctx)
-			cancel()
-			up.BackgroundTasks(rotationKey, -1)
-			if err != nil {
-				klog.ErrorS(err, "KEK rotation pass; the next pass tries again", "pending", pending)
-			}
-			up.RotationPassed(pending, err)
+	r.tasks.every(rotationKey, r.interval, func(ctx context.Context) {
+		up := r.c.opts.Upkeep
+		up.BackgroundTasks(rotationKey, 1)
+		pctx, cancel := context.WithTimeout(ctx, rotationTimeout)
+		pending, err := r.pass(pctx)
+		cancel()
+		up.BackgroundTasks(rotationKey, -1)
+		if err != nil {
+			klog.ErrorS(err, "KEK rotation pass; the next pass tries again", "pending", pending)
 		}
+		up.RotationPassed(pending, err)
 	})
 }
 

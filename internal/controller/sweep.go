@@ -123,18 +123,7 @@ func (s *sweeper) startPeriodic() {
 	if s.interval <= 0 || s.c.cred == nil {
 		return
 	}
-	s.tasks.start(periodicKey, func(ctx context.Context) {
-		tick := time.NewTicker(s.interval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			s.sweepAll(ctx)
-		}
-	})
+	s.tasks.every(periodicKey, s.interval, s.sweepAll)
 }
 
 // sweepAll starts the sweep of every pool of every cluster that is due.
