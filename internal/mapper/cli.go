@@ -220,9 +220,11 @@ func (c *rbdCLI) unmapArgs(device, options string) []string {
 	return append(args, device)
 }
 
+// listArgs are rbd-nbd's own: `rbd device list -t nbd` only starts
+// `rbd-nbd list-mapped` and passes its output through, and each of the
+// two start-ups loads the Ceph libraries.
 func (c *rbdCLI) listArgs() []string {
-	args := append([]string{"device", "list"}, c.typeArgs()...)
-	return append(args, "--format", "json")
+	return []string{"list-mapped", "--format", "json"}
 }
 
 // Map maps the image unless it already is (a retried stage must not map a
@@ -319,9 +321,14 @@ func sameImage(a, b Image) bool {
 	return a.Pool == b.Pool && a.Namespace == b.Namespace && a.Name == b.Name
 }
 
-// List parses `rbd device list --format json`.
+// List reads krbd's mappings from sysfs, and asks rbd-nbd for nbd's: only
+// it can tell a live daemon from a dead one (the kernel keeps a dead
+// daemon's pid).
 func (c *rbdCLI) List(ctx context.Context) ([]Mapped, error) {
-	out, err := c.run.Run(ctx, "rbd", c.listArgs()...)
+	if c.name == KRBD {
+		return listKRBD(c.sysRoot)
+	}
+	out, err := c.run.Run(ctx, "rbd-nbd", c.listArgs()...)
 	if err != nil {
 		return nil, fmt.Errorf("%s list: %w", c.name, err)
 	}

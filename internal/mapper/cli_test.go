@@ -84,7 +84,7 @@ func TestMapArgs(t *testing.T) {
 	if got := krbd.unmapArgs("/dev/rbd3", "force"); !slices.Equal(got, []string{"device", "unmap", "--options=force,noudev", "/dev/rbd3"}) {
 		t.Errorf("unmap argv %q", got)
 	}
-	if got := nbd.listArgs(); !slices.Equal(got, []string{"device", "list", "--device-type=nbd", "--format", "json"}) {
+	if got := nbd.listArgs(); !slices.Equal(got, []string{"list-mapped", "--format", "json"}) {
 		t.Errorf("nbd list argv %q", got)
 	}
 }
@@ -98,13 +98,11 @@ func TestMapKeyFile(t *testing.T) {
 	}
 	mapped := false
 	var keyFile string
+	root := t.TempDir()
 	run := &fakeRunner{answer: func(argv []string) ([]byte, error) {
 		switch {
 		case slices.Contains(argv, "list"):
-			if mapped {
-				return []byte(`[{"id":"0","pool":"rbd","namespace":"","name":"csi-vol-1","snap":"-","device":"/dev/rbd0"}]`), nil
-			}
-			return []byte("[]"), nil
+			t.Errorf("krbd ran `rbd device list`: %q (it reads sysfs)", argv)
 		case slices.Contains(argv, "map"):
 			for _, a := range argv {
 				if f, ok := strings.CutPrefix(a, "--keyfile="); ok {
@@ -119,11 +117,12 @@ func TestMapKeyFile(t *testing.T) {
 				t.Errorf("key file holds %q", b)
 			}
 			mapped = true
+			krbdDevice(t, root, "0", "rbd", "", "csi-vol-1", "-")
 			return []byte("/dev/rbd0\n"), nil
 		}
 		return nil, nil
 	}}
-	m := newCLI(KRBD, CLIOptions{Runner: run, Keys: keys}, nil)
+	m := newCLI(KRBD, CLIOptions{Runner: run, Keys: keys, SysRoot: root}, nil)
 	dev, err := m.Map(context.Background(), mapReq())
 	if err != nil || dev != "/dev/rbd0" {
 		t.Fatalf("Map: %q %v", dev, err)
@@ -138,7 +137,7 @@ func TestMapKeyFile(t *testing.T) {
 	}
 	// Mapped already: a retry maps nothing new.
 	run.calls = nil
-	if dev, err := m.Map(context.Background(), mapReq()); err != nil || dev != "/dev/rbd0" || len(run.calls) != 1 {
+	if dev, err := m.Map(context.Background(), mapReq()); err != nil || dev != "/dev/rbd0" || len(run.calls) != 0 || !mapped {
 		t.Errorf("repeated Map: %q %v, calls %q", dev, err, run.calls)
 	}
 }
@@ -146,7 +145,7 @@ func TestMapKeyFile(t *testing.T) {
 func TestMapFailureRedactsAndClassifies(t *testing.T) {
 	keys, _ := PrepareKeyDir(t.TempDir())
 	run := &fakeRunner{answer: func(argv []string) ([]byte, error) {
-		if slices.Contains(argv, "list") {
+		if slices.Contains(argv, "list-mapped") {
 			return nil, nil
 		}
 		return nil, &command.Error{Cmd: "rbd device", Stderr: "rbd: error opening image csi-vol-1: (2) No such file or directory; bad key " + testKey, Err: errors.New("exit status 2")}
@@ -247,14 +246,11 @@ func TestPrepareKeyDirSweeps(t *testing.T) {
 // TestUnmapByImage: a recorded device that now belongs to another image
 // (a reboot renumbered them) is left alone.
 func TestUnmapByImage(t *testing.T) {
-	run := &fakeRunner{answer: func(argv []string) ([]byte, error) {
-		if slices.Contains(argv, "list") {
-			return []byte(`[{"id":"0","pool":"rbd","namespace":"","name":"other","snap":"-","device":"/dev/rbd0"},
-				{"id":"1","pool":"rbd","namespace":"","name":"csi-vol-1","snap":"-","device":"/dev/rbd1"}]`), nil
-		}
-		return nil, nil
-	}}
-	m := newCLI(KRBD, CLIOptions{Runner: run}, nil)
+	root := t.TempDir()
+	krbdDevice(t, root, "0", "rbd", "", "other", "-")
+	krbdDevice(t, root, "1", "rbd", "", "csi-vol-1", "-")
+	run := &fakeRunner{}
+	m := newCLI(KRBD, CLIOptions{Runner: run, SysRoot: root}, nil)
 	img := mapReq().Image
 	if err := m.Unmap(context.Background(), UnmapRequest{Image: img, Device: "/dev/rbd0"}); err != nil {
 		t.Fatal(err)
@@ -265,7 +261,7 @@ func TestUnmapByImage(t *testing.T) {
 	}
 	run.calls = nil
 	img.Name = "gone"
-	if err := m.Unmap(context.Background(), UnmapRequest{Image: img, Device: "/dev/rbd1"}); err != nil || len(run.calls) != 1 {
+	if err := m.Unmap(context.Background(), UnmapRequest{Image: img, Device: "/dev/rbd1"}); err != nil || len(run.calls) != 0 {
 		t.Errorf("unmap of an image not mapped: %v, calls %q", err, run.calls)
 	}
 }
@@ -325,8 +321,6 @@ func TestKRBDMapOfUnmappableFeatures(t *testing.T) {
 		}
 		run := &fakeRunner{answer: func(argv []string) ([]byte, error) {
 			switch {
-			case slices.Contains(argv, "list"):
-				return nil, nil
 			case slices.Contains(argv, "info") && slices.Contains(argv, "--format=json"):
 				return []byte(`{"features":["layering","exclusive-lock","journaling"]}`), nil
 			}
@@ -350,7 +344,7 @@ func TestNBDMapOfAMissingImage(t *testing.T) {
 		var infoArgs []string
 		run := &fakeRunner{answer: func(argv []string) ([]byte, error) {
 			switch {
-			case slices.Contains(argv, "list"):
+			case slices.Contains(argv, "list-mapped"):
 				return nil, nil
 			case slices.Contains(argv, "info"):
 				infoArgs = argv
