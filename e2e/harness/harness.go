@@ -21,6 +21,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 // Cluster is the local Ceph cluster described by the env file of
@@ -177,8 +178,14 @@ func StartPlugin(t testing.TB, c Cluster, args ...string) *Plugin {
 	if c.Instance != "" {
 		p.args = append(p.args, "--instance-id", c.Instance)
 	}
+	started := time.Now()
 	p.Start()
-	conn, err := grpc.NewClient("unix://"+p.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if os.Getenv("RBDCSI_E2E_TIMING") != "" {
+		t.Logf("timing: plugin up in %.2fs", time.Since(started).Seconds())
+		opts = append(opts, grpc.WithUnaryInterceptor(timeCalls(t, started)))
+	}
+	conn, err := grpc.NewClient("unix://"+p.Socket, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,11 +194,24 @@ func StartPlugin(t testing.TB, c Cluster, args ...string) *Plugin {
 		conn.Close()
 		p.Stop()
 		os.RemoveAll(dir)
-		if t.Failed() {
+		if t.Failed() || os.Getenv("RBDCSI_E2E_TIMING") != "" {
 			t.Logf("plugin log:\n%s", p.Logs())
 		}
 	})
 	return p
+}
+
+// timeCalls logs each call's time and when it ended, counted from start:
+// with RBDCSI_E2E_TIMING set, where a slow suite (the kernel test under
+// emulation) spends its time, the gaps being the test's own work.
+func timeCalls(t testing.TB, start time.Time) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		began := time.Now()
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		t.Logf("timing: +%.1fs %s took %.2fs (%v)", time.Since(start).Seconds(), method[strings.LastIndex(method, "/")+1:],
+			time.Since(began).Seconds(), status.Code(err))
+		return err
+	}
 }
 
 // Start (re)starts the process and waits for its socket.
