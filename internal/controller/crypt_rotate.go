@@ -157,47 +157,28 @@ func (p *rotationPass) pool(ctx context.Context, pool rbd.Pool) error {
 	return nil
 }
 
-// image re-wraps one image's DEK if it is stale. It holds the image's key
-// from the read to the write, so that no new volume of the same name
-// (CreateVolume holds it too) gets the old one's DEK. Only errors that
-// concern the pool are returned; a volume's own failure is reported.
+// image re-wraps one image's DEK if it is stale. A first look goes
+// without the image's key: a pass that finds nothing to do (the usual
+// case) must not make requests on the volume fail with Aborted. A stale
+// DEK is read again under the key and written before it is released, so
+// that no new volume of the same name (CreateVolume holds the key too)
+// gets the old one's DEK. Only errors that concern the pool are returned;
+// a volume's own failure is reported.
 func (p *rotationPass) image(ctx context.Context, pool rbd.Pool, name string, hidden bool) error {
+	if stale, err := p.stale(ctx, pool, name, hidden); err != nil || stale == nil {
+		return err
+	}
 	c := p.r.c
 	release, ok := c.locks.TryLock(imageKey(pool, name))
 	if !ok {
 		return nil // a request is on it; the next pass comes back
 	}
 	defer release()
-	info, err := c.backend.Stat(ctx, pool, name)
-	if errors.Is(err, rbd.ErrNotFound) {
-		return nil // deleted or renamed meanwhile
-	}
-	if err != nil {
+	stale, err := p.stale(ctx, pool, name, hidden)
+	if err != nil || stale == nil {
 		return err
 	}
-	if !hidden && !c.names.finished(info.Metadata, name) {
-		return nil // a crash's leftover, never handed out: the sweep removes it
-	}
-	key, encrypted, err := kms.ReadVolumeKey(info.Metadata)
-	switch {
-	case !encrypted:
-		return nil
-	case err != nil:
-		p.failed(pool, name, unknownKMSLabel, err)
-		return nil
-	}
-	if _, configured := c.opts.KMS[key.KMSID]; !configured {
-		p.failed(pool, name, unknownKMSLabel, unknownKMS(c.opts.KMS, key.KMSID))
-		return nil
-	}
-	keys, ok := p.open(key.KMSID)
-	if !ok {
-		p.pending[key.KMSID]++
-		return nil
-	}
-	if key.DEK.KEKID() == keys.Current() {
-		return nil
-	}
+	key, keys := stale.key, stale.keys
 	wrapped, err := rewrap(ctx, keys, key.DEK)
 	if err == nil {
 		err = c.backend.SetMetadata(ctx, pool, name, map[string]string{kms.MetaDEK: string(wrapped)})
@@ -212,6 +193,50 @@ func (p *rotationPass) image(ctx context.Context, pool rbd.Pool, name string, hi
 	klog.V(2).InfoS("re-wrapped the data key of an encrypted volume", "pool", pool.Name, "image", name, "kms", key.KMSID, "from", key.DEK.KEKID(), "to", keys.Current())
 	c.opts.Upkeep.Rewrapped(key.KMSID, nil)
 	return nil
+}
+
+// staleKey is a volume's DEK wrapped by a KEK that is not its KMS's
+// current one, with that KMS's keys.
+type staleKey struct {
+	key  kms.VolumeKey
+	keys kms.Keys
+}
+
+// stale reads an image's DEK and tells whether it needs a re-wrap (nil:
+// no, or it cannot be done now, which is counted).
+func (p *rotationPass) stale(ctx context.Context, pool rbd.Pool, name string, hidden bool) (*staleKey, error) {
+	c := p.r.c
+	info, err := c.backend.Stat(ctx, pool, name)
+	if errors.Is(err, rbd.ErrNotFound) {
+		return nil, nil // deleted or renamed meanwhile
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !hidden && !c.names.finished(info.Metadata, name) {
+		return nil, nil // a crash's leftover, never handed out: the sweep removes it
+	}
+	key, encrypted, err := kms.ReadVolumeKey(info.Metadata)
+	switch {
+	case !encrypted:
+		return nil, nil
+	case err != nil:
+		p.failed(pool, name, unknownKMSLabel, err)
+		return nil, nil
+	}
+	if _, configured := c.opts.KMS[key.KMSID]; !configured {
+		p.failed(pool, name, unknownKMSLabel, unknownKMS(c.opts.KMS, key.KMSID))
+		return nil, nil
+	}
+	keys, ok := p.open(key.KMSID)
+	if !ok {
+		p.pending[key.KMSID]++
+		return nil, nil
+	}
+	if key.DEK.KEKID() == keys.Current() {
+		return nil, nil
+	}
+	return &staleKey{key: key, keys: keys}, nil
 }
 
 // failed reports a volume whose DEK stays as it was.

@@ -39,6 +39,8 @@ type env struct {
 	t    *testing.T
 	ceph *fake.Ceph
 	pool rbd.Pool
+	// wrap, when set, wraps the backend of the controllers started next.
+	wrap func(rbd.Backend) rbd.Backend
 }
 
 func newEnv(t *testing.T) *env {
@@ -65,6 +67,9 @@ func (e *env) start(crashAt string, o controller.Options) *ctrl {
 		fault = nil
 	}
 	o.Backend, o.Fault = e.ceph.Client(fault), fault
+	if e.wrap != nil {
+		o.Backend = e.wrap(o.Backend)
+	}
 	o.Clusters = config.NewStaticClusterMap([]config.Cluster{{ClusterID: clusterID, Monitors: []string{"127.0.0.1:3300"}}})
 	c := controller.New(o)
 	e.t.Cleanup(c.Close)
