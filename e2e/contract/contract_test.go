@@ -5,7 +5,9 @@
 package contract
 
 import (
+	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 
 	librbd "github.com/ceph/go-ceph/rbd"
@@ -26,13 +28,19 @@ func TestContract(t *testing.T) {
 	t.Cleanup(conns.Close)
 	backend := ceph.NewBackend(conns, ceph.BackendOptions{})
 	pool := rbd.Pool{MonHost: c.MonHost, Cred: config.Credentials{ID: c.CSIUser, Key: c.CSIKey}, Name: c.Pool, Namespace: c.Namespace}
+	// The CSI user may add blocklist entries, not lift them: the node
+	// plugins' user lifts its node's (deploy/kubernetes/secret.yaml).
+	lifter := c.Name("rbdcsi-contract-lift")
+	lifterKey := c.NewUser(t, lifter, "mon", `allow r, allow command "osd blocklist" with blocklistop=rm`)
 	rbdtest.Run(t, func(t *testing.T) rbdtest.Target {
 		return rbdtest.Target{
-			Backend:      backend,
-			Pool:         pool,
-			Watch:        func(t *testing.T, _ rbd.Pool, image string) func() { return watch(t, c, image) },
-			RemoveHeader: func(t *testing.T, _ rbd.Pool, image string) { c.RemoveHeader(t, image) },
-			DetachBehind: func(t *testing.T, _ rbd.Pool, parent, child string) { c.DetachBehindRBD(t, parent, child) },
+			Backend:       backend,
+			Pool:          pool,
+			Watch:         func(t *testing.T, _ rbd.Pool, image string) func() { return watch(t, c, image) },
+			RemoveHeader:  func(t *testing.T, _ rbd.Pool, image string) { c.RemoveHeader(t, image) },
+			DetachBehind:  func(t *testing.T, _ rbd.Pool, parent, child string) { c.DetachBehindRBD(t, parent, child) },
+			Blocklisted:   func(t *testing.T) []string { return blocklisted(t, c) },
+			Unblocklister: config.Credentials{ID: lifter, Key: lifterKey},
 		}
 	})
 }
@@ -54,4 +62,20 @@ func watch(t *testing.T, c harness.Cluster, image string) (unwatch func()) {
 			done()
 		}
 	}
+}
+
+// blocklisted reads the addresses on the cluster's blocklist.
+func blocklisted(t *testing.T, c harness.Cluster) []string {
+	out, err := c.Ceph("osd", "blocklist", "ls", "--format", "json")
+	harness.Must(t, err, "ceph osd blocklist ls: %s", out)
+	var entries []struct {
+		Addr string `json:"addr"`
+	}
+	// Pacific prints a second list after it, of range entries: read the first.
+	harness.Must(t, json.NewDecoder(strings.NewReader(out)).Decode(&entries), "ceph osd blocklist ls: %s", out)
+	var addrs []string
+	for _, e := range entries {
+		addrs = append(addrs, e.Addr)
+	}
+	return addrs
 }

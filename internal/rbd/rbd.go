@@ -7,6 +7,8 @@
 package rbd
 
 import (
+	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -99,6 +101,33 @@ type Family struct {
 	Parent       *Parent
 	Watchers     int
 	Created      time.Time
+}
+
+// Watcher is a client that has an image open read-write, for which Ceph
+// keeps a watch on the image header: every mapping of the image (krbd,
+// rbd-nbd, rbd-fuse) is one.
+type Watcher struct {
+	// Addr is the client's address as the blocklist takes it,
+	// ip:port/nonce: the nonce tells one client instance from another
+	// on the same host.
+	Addr string
+	// Own: one of this backend's own connections (the controller opening
+	// the image itself, to write metadata or flatten it).
+	Own bool
+}
+
+// clientAddr is one client instance's address, ip:port/nonce ("[::1]:0/7"
+// for IPv6), as watchers are listed under and the blocklist takes them.
+var clientAddr = regexp.MustCompile(`^([0-9.]+|\[[0-9A-Fa-f:.]+\]):[0-9]+/[0-9]+$`)
+
+// ValidClientAddr accepts one client instance's address, and nothing
+// wider: the monitor would also take a bare IP, and blocklist every
+// client of that host.
+func ValidClientAddr(addr string) error {
+	if !clientAddr.MatchString(addr) {
+		return fmt.Errorf("%w: %q is not a client address (ip:port/nonce)", ErrInvalid, addr)
+	}
+	return nil
 }
 
 // CloneSpec is a copy-on-write child of a parent image's snapshot.

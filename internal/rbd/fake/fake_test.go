@@ -1,6 +1,8 @@
 package fake_test
 
 import (
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
@@ -32,6 +34,7 @@ func TestContract(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
+			Blocklisted: func(*testing.T) []string { return slices.Collect(maps.Keys(c.Blocklisted())) },
 		}
 	})
 }

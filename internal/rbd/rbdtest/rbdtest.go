@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
@@ -31,6 +32,12 @@ type Target struct {
 	// DetachBehind unlinks the clone child from parent's trashed snapshot
 	// as a detach that lost a race does: the snapshot stays, cloneless.
 	DetachBehind func(t *testing.T, p rbd.Pool, parent, child string)
+	// Blocklisted reads the cluster's blocklist (ceph osd blocklist ls):
+	// the addresses on it.
+	Blocklisted func(t *testing.T) []string
+	// Unblocklister may lift blocklist entries, which Pool.Cred (the CSI
+	// user, mon 'profile rbd') may only add.
+	Unblocklister config.Credentials
 }
 
 // Run runs the suite; newTarget is called once per case.
@@ -54,6 +61,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"CloneLessTrashedSnapshot", testCloneLessTrashedSnapshot},
 		{"Claims", testClaims},
 		{"Omap", testOmap},
+		{"Blocklist", testBlocklist},
 		{"Pools", testPools},
 	}
 	for _, tc := range cases {
