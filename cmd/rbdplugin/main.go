@@ -86,6 +86,7 @@ func parseFlags(args []string) (flags, error) {
 		f.ctrl.InstanceID = v
 		return nil
 	})
+	fs.DurationVar(&f.ctrl.FenceExpiry, "fence-expiry", controller.DefaultFenceExpiry, "with --node-registry: how long the Ceph clients of a node that still had a single-node volume open when it was detached (a force detach) stay blocklisted, unless the node lifts them when it unstages the volume. A cut-off node whose mapping outlives this may write again: make it longer than a node may stay cut off")
 	fs.StringVar(&f.pprofAddr, "pprof-address", "", "host:port to serve Go's profiles on, at /debug/pprof/ (e.g. 127.0.0.1:6060), to measure where time and memory go; empty (the default) turns it off")
 	fs.StringVar(&f.metricsAddr, "metrics-address", "", "host:port to serve Prometheus metrics on, at /metrics (e.g. :9809); empty turns metrics off")
 	f.node = addNodeFlags(fs)
@@ -111,6 +112,9 @@ func parseFlags(args []string) (flags, error) {
 	}
 	if f.mode != "controller" && f.nodeID == "" {
 		return f, fmt.Errorf("--nodeid is required in %s mode", f.mode)
+	}
+	if f.ctrl.FenceExpiry < time.Second {
+		return f, fmt.Errorf("--fence-expiry %v: want at least 1s (Ceph counts blocklist expiries in seconds)", f.ctrl.FenceExpiry)
 	}
 	if f.crashAt != "" && os.Getenv(crashEnv) != "1" {
 		return f, fmt.Errorf("--test-crash-at is for the project's crash tests only: it needs %s=1 in the environment", crashEnv)
