@@ -175,13 +175,14 @@ func run(ctx context.Context, f flags) error {
 	var observer rbd.Observer
 	var upkeep controller.Upkeep
 	var trimObs node.TrimObserver
+	var liftObs node.LiftObserver
 	if f.metricsAddr != "" {
 		m, err := startMetrics(ctx, f.metricsAddr)
 		if err != nil {
 			return err
 		}
 		interceptors = append(interceptors, m.UnaryInterceptor())
-		observer, upkeep, trimObs = m, m, m
+		observer, upkeep, trimObs, liftObs = m, m, m, m
 	}
 	checks := []driver.HealthCheck{func(context.Context) error { return clusters.Health() }}
 	var services driver.Services
@@ -221,9 +222,14 @@ func run(ctx context.Context, f flags) error {
 	}
 	var topology map[string]string
 	if f.mode != "controller" {
-		nb := nodeBackend{images: backend}
-		if f.registry.location != "" {
+		nb := nodeBackend{images: backend, lifts: liftObs}
+		reg, err := f.registry.nodeRegistry(clusters, backend)
+		if err != nil {
+			return err
+		}
+		if reg != nil {
 			nb.fence = backend
+			nb.unfence = nodereg.NewUnfencer(reg, backend, f.nodeID)
 		}
 		var crush map[string]string
 		if topology, crush, err = f.topology.place(ctx, f.driverName, f.nodeID); err != nil {
@@ -237,7 +243,7 @@ func run(ctx context.Context, f flags) error {
 		checks = append(checks, nodeChecks...)
 		defer startTrimmer(ctx, nodeSvc, f.node.fstrimInterval, trimObs)()
 		hbCtx, stopHeartbeat := context.WithCancel(ctx)
-		wait, err := f.registry.startHeartbeat(hbCtx, clusters, backend, nodereg.Node{ID: f.nodeID, MaxVolumes: f.node.maxVolumes})
+		wait, err := f.registry.startHeartbeat(hbCtx, reg, nodereg.Node{ID: f.nodeID, MaxVolumes: f.node.maxVolumes})
 		if err != nil {
 			stopHeartbeat()
 			return err

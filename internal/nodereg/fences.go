@@ -119,19 +119,19 @@ func NewUnfencer(reg *Registry, bl Unblocklister, nodeID string) *Unfencer {
 
 // Lift lifts the node's fence of the volume on the cluster at monHost (the
 // volume's): it removes the blocklist entries no other fence of the node
-// still holds, then the record, and returns the addresses it unblocked.
-// No record is nothing to do. krbd serves every mapping of a node with
+// still holds, then the record, and returns the addresses it unblocked;
+// fenced is false when there was no record, and nothing to do. krbd serves every mapping of a node with
 // one client (unless mapped with noshare), so another volume fenced on
 // this node may have the same address and still be mapped: its entry
 // stays until that volume's own lift, or its expiry.
-func (u *Unfencer) Lift(ctx context.Context, volumeID, monHost string) ([]string, error) {
+func (u *Unfencer) Lift(ctx context.Context, volumeID, monHost string) (lifted []string, fenced bool, err error) {
 	fences, err := u.reg.Fences(ctx, u.nodeID)
 	if err != nil {
-		return nil, fmt.Errorf("reading the fences of node %s: %w", u.nodeID, err)
+		return nil, false, fmt.Errorf("reading the fences of node %s: %w", u.nodeID, err)
 	}
 	f, ok := fences[volumeID]
 	if !ok {
-		return nil, nil
+		return nil, false, nil
 	}
 	held := map[string]bool{}
 	for vol, other := range fences {
@@ -141,7 +141,6 @@ func (u *Unfencer) Lift(ctx context.Context, volumeID, monHost string) ([]string
 			}
 		}
 	}
-	var lifted []string
 	if f.Expires.After(u.reg.now()) { // else Ceph dropped the entries already
 		for _, a := range f.Addrs {
 			if held[a] {
@@ -151,13 +150,13 @@ func (u *Unfencer) Lift(ctx context.Context, volumeID, monHost string) ([]string
 				if errors.Is(err, rbd.ErrPermission) {
 					err = fmt.Errorf(`%w (the node user %s needs mon 'allow command "osd blocklist" with blocklistop=rm')`, err, u.reg.pool.Cred.ID)
 				}
-				return lifted, err
+				return lifted, true, err
 			}
 			lifted = append(lifted, a)
 		}
 	}
 	if err := u.reg.store.RemoveOmapKeys(ctx, u.reg.pool, u.reg.object, fenceKey(u.nodeID, volumeID)); err != nil {
-		return lifted, fmt.Errorf("removing the fence record of %s on node %s: %w", volumeID, u.nodeID, err)
+		return lifted, true, fmt.Errorf("removing the fence record of %s on node %s: %w", volumeID, u.nodeID, err)
 	}
-	return lifted, nil
+	return lifted, true, nil
 }

@@ -75,17 +75,17 @@ func TestLiftSparesSharedClients(t *testing.T) {
 	_ = r.AddFence(ctx, "n1", "v1:c:p:a", Fence{Addrs: []string{shared, own}, Expires: now.Add(time.Hour)})
 	_ = r.AddFence(ctx, "n1", "v1:c:p:b", Fence{Addrs: []string{shared}, Expires: now.Add(time.Hour)})
 
-	if lifted, err := u.Lift(ctx, "v1:c:p:none", "mon"); err != nil || lifted != nil {
-		t.Fatalf("Lift of an unfenced volume: %v, %v", lifted, err)
+	if lifted, fenced, err := u.Lift(ctx, "v1:c:p:none", "mon"); err != nil || fenced || lifted != nil {
+		t.Fatalf("Lift of an unfenced volume: %v, %v, %v", lifted, fenced, err)
 	}
-	lifted, err := u.Lift(ctx, "v1:c:p:a", "mon")
-	if err != nil || !slices.Equal(lifted, []string{own}) || !bl.entries[shared] || bl.entries[own] {
-		t.Fatalf("Lift(a) = %v, %v; blocklist %v", lifted, err, bl.entries)
+	lifted, fenced, err := u.Lift(ctx, "v1:c:p:a", "mon")
+	if err != nil || !fenced || !slices.Equal(lifted, []string{own}) || !bl.entries[shared] || bl.entries[own] {
+		t.Fatalf("Lift(a) = %v, %v, %v; blocklist %v", lifted, fenced, err, bl.entries)
 	}
 	if _, ok := store[Object+"/fenced/n1/v1:c:p:a"]; ok {
 		t.Fatal("the record stays after the lift")
 	}
-	if lifted, err := u.Lift(ctx, "v1:c:p:b", "mon"); err != nil || !slices.Equal(lifted, []string{shared}) || len(bl.entries) != 0 {
+	if lifted, _, err := u.Lift(ctx, "v1:c:p:b", "mon"); err != nil || !slices.Equal(lifted, []string{shared}) || len(bl.entries) != 0 {
 		t.Fatalf("Lift(b) = %v, %v; blocklist %v", lifted, err, bl.entries)
 	}
 }
@@ -97,7 +97,7 @@ func TestLiftFailureKeepsTheRecord(t *testing.T) {
 	ctx := context.Background()
 	bl := &blocklist{entries: map[string]bool{"10.0.0.1:0/7": true}, err: rbd.ErrPermission}
 	_ = r.AddFence(ctx, "n1", "v1:c:p:a", Fence{Addrs: []string{"10.0.0.1:0/7"}, Expires: now.Add(time.Hour)})
-	_, err := NewUnfencer(r, bl, "n1").Lift(ctx, "v1:c:p:a", "mon")
+	_, _, err := NewUnfencer(r, bl, "n1").Lift(ctx, "v1:c:p:a", "mon")
 	if !errors.Is(err, rbd.ErrPermission) || !strings.Contains(err.Error(), `blocklistop=rm`) || !strings.Contains(err.Error(), "rbdcsi-node") {
 		t.Fatalf("Lift refused: %v", err)
 	}
@@ -123,7 +123,10 @@ func TestExpiredFences(t *testing.T) {
 	}
 	_ = r.AddFence(ctx, "n1", "v1:c:p:old", Fence{Addrs: []string{"10.0.0.1:0/1"}, Expires: now.Add(-time.Second)})
 	bl := &blocklist{err: errors.New("Ceph must not be asked")}
-	if lifted, err := NewUnfencer(r, bl, "n1").Lift(ctx, "v1:c:p:old", "mon"); err != nil || len(lifted) != 0 {
-		t.Fatalf("Lift of an expired fence: %v, %v", lifted, err)
+	if lifted, fenced, err := NewUnfencer(r, bl, "n1").Lift(ctx, "v1:c:p:old", "mon"); err != nil || !fenced || len(lifted) != 0 {
+		t.Fatalf("Lift of an expired fence: %v, %v, %v", lifted, fenced, err)
+	}
+	if f, _ := r.Fences(ctx, "n1"); len(f) != 0 {
+		t.Fatalf("the expired record stays after its lift: %v", f)
 	}
 }
