@@ -5,9 +5,9 @@
 package contract
 
 import (
-	"encoding/json"
+	"maps"
 	"os"
-	"strings"
+	"slices"
 	"testing"
 
 	librbd "github.com/ceph/go-ceph/rbd"
@@ -39,7 +39,7 @@ func TestContract(t *testing.T) {
 			Watch:         func(t *testing.T, _ rbd.Pool, image string) func() { return watch(t, c, image) },
 			RemoveHeader:  func(t *testing.T, _ rbd.Pool, image string) { c.RemoveHeader(t, image) },
 			DetachBehind:  func(t *testing.T, _ rbd.Pool, parent, child string) { c.DetachBehindRBD(t, parent, child) },
-			Blocklisted:   func(t *testing.T) []string { return blocklisted(t, c) },
+			Blocklisted:   func(t *testing.T) []string { return slices.Collect(maps.Keys(c.Blocklist(t))) },
 			Unblocklister: config.Credentials{ID: lifter, Key: lifterKey},
 		}
 	})
@@ -62,20 +62,4 @@ func watch(t *testing.T, c harness.Cluster, image string) (unwatch func()) {
 			done()
 		}
 	}
-}
-
-// blocklisted reads the addresses on the cluster's blocklist.
-func blocklisted(t *testing.T, c harness.Cluster) []string {
-	out, err := c.Ceph("osd", "blocklist", "ls", "--format", "json")
-	harness.Must(t, err, "ceph osd blocklist ls: %s", out)
-	var entries []struct {
-		Addr string `json:"addr"`
-	}
-	// Pacific prints a second list after it, of range entries: read the first.
-	harness.Must(t, json.NewDecoder(strings.NewReader(out)).Decode(&entries), "ceph osd blocklist ls: %s", out)
-	var addrs []string
-	for _, e := range entries {
-		addrs = append(addrs, e.Addr)
-	}
-	return addrs
 }
