@@ -36,7 +36,8 @@ func TestContract(t *testing.T) {
 		return rbdtest.Target{
 			Backend:       backend,
 			Pool:          pool,
-			Watch:         func(t *testing.T, _ rbd.Pool, image string) func() { return watch(t, c, image) },
+			Watch:         func(t *testing.T, _ rbd.Pool, image string) func() { return watch(t, c, image, false) },
+			Map:           func(t *testing.T, _ rbd.Pool, image string) func() { return watch(t, c, image, true) },
 			RemoveHeader:  func(t *testing.T, _ rbd.Pool, image string) { c.RemoveHeader(t, image) },
 			DetachBehind:  func(t *testing.T, _ rbd.Pool, parent, child string) { c.DetachBehindRBD(t, parent, child) },
 			Blocklisted:   func(t *testing.T) []string { return slices.Collect(maps.Keys(c.Blocklist(t))) },
@@ -46,13 +47,21 @@ func TestContract(t *testing.T) {
 }
 
 // watch opens the image read-write on a connection of its own, which
-// registers a watch on its header as a client that maps it does.
-func watch(t *testing.T, c harness.Cluster, image string) (unwatch func()) {
+// registers a watch on its header as a client that maps it does, and
+// with write writes a block, which takes the exclusive lock.
+func watch(t *testing.T, c harness.Cluster, image string, write bool) (unwatch func()) {
 	ioctx, done := c.AdminIoctx(t)
 	img, err := librbd.OpenImage(ioctx, image, librbd.NoSnapshot)
 	if err != nil {
 		done()
 		t.Fatalf("opening %s: %v", image, err)
+	}
+	if write {
+		if _, err := img.WriteAt(make([]byte, 4096), 0); err != nil {
+			_ = img.Close()
+			done()
+			t.Fatalf("writing to %s: %v", image, err)
+		}
 	}
 	closed := false
 	return func() {

@@ -33,23 +33,30 @@ const fenceSettle = 3 * time.Second
 // node unstaged it, or when it gives up on the node (a node out of service,
 // or one that did not unmount within the attach-detach timeout): then
 // the node may still map it, and its late writes would corrupt the
-// filesystem of the node the volume moves to. Any watcher other than this
-// controller's own connections is taken for such a mapping. The fence is
-// recorded before the blocklist entries are added, so a crash between
-// them leaves a record the node can lift; its failure keeps the
-// attachment (the caller removes the record only after this returns nil).
+// filesystem of the node the volume moves to. Any client other than this
+// controller's own connections is taken for such a mapping: a watcher (a
+// node that still reaches the cluster), or the holder of the exclusive
+// lock (a node cut off for longer than the OSDs keep its watch, which
+// would write again when it is back). The fence is recorded before the
+// blocklist entries are added, so a crash between them leaves a record
+// the node can lift; its failure keeps the attachment (the caller removes
+// the record only after this returns nil).
 func (c *Controller) fence(ctx context.Context, pool rbd.Pool, vol volid.Volume, id, node string) error {
-	ws, err := c.backend.Watchers(ctx, pool, vol.Image)
+	clients, err := c.backend.Clients(ctx, pool, vol.Image)
 	if errors.Is(err, rbd.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
 		return cephStatus(fmt.Errorf("reading which clients have volume %s open before detaching it from node %s: %w", id, node, err))
 	}
-	var addrs []string
-	for _, w := range ws {
-		if !w.Own {
-			addrs = append(addrs, w.Addr)
+	var addrs, locking []string
+	for _, cl := range clients {
+		if cl.Own {
+			continue
+		}
+		addrs = append(addrs, cl.Addr)
+		if cl.Lock {
+			locking = append(locking, cl.Addr)
 		}
 	}
 	if len(addrs) == 0 {
@@ -66,6 +73,15 @@ func (c *Controller) fence(ctx context.Context, pool rbd.Pool, vol volid.Volume,
 			return c.fenceFailed(id, node, addrs, err)
 		}
 	}
+	// Only once it is barred: a live holder would take the lock again.
+	// Left to the next writer (the new node, or this detach's own
+	// metadata write), the break would blocklist the holder once more,
+	// for Ceph's default hour in place of --fence-expiry.
+	for _, a := range locking {
+		if err := c.backend.BreakLock(ctx, pool, vol.Image, a); err != nil {
+			return c.fenceFailed(id, node, addrs, err)
+		}
+	}
 	if err := c.fenceSettled(ctx, pool, vol, addrs); err != nil {
 		return c.fenceFailed(id, node, addrs, err)
 	}
@@ -75,22 +91,22 @@ func (c *Controller) fence(ctx context.Context, pool rbd.Pool, vol volid.Volume,
 	return nil
 }
 
-// fenceSettled waits until Ceph lists none of the blocklisted clients as
-// a watcher of the image any more: proof that the OSDs enforce the
-// blocklist before the volume may be attached elsewhere.
+// fenceSettled waits until Ceph lists none of the blocklisted clients as a
+// watcher or lock holder of the image any more: proof that the OSDs
+// enforce the blocklist before the volume may be attached elsewhere.
 func (c *Controller) fenceSettled(ctx context.Context, pool rbd.Pool, vol volid.Volume, addrs []string) error {
 	deadline := time.Now().Add(fenceSettle)
 	for {
-		ws, err := c.backend.Watchers(ctx, pool, vol.Image)
+		clients, err := c.backend.Clients(ctx, pool, vol.Image)
 		if err != nil {
-			return fmt.Errorf("reading the watchers after blocklisting: %w", err)
+			return fmt.Errorf("reading the image's clients after blocklisting: %w", err)
 		}
-		left := slices.ContainsFunc(ws, func(w rbd.Watcher) bool { return slices.Contains(addrs, w.Addr) })
+		left := slices.ContainsFunc(clients, func(cl rbd.Client) bool { return slices.Contains(addrs, cl.Addr) })
 		if !left {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: the clients are blocklisted, but Ceph still lists them as watchers of the image after %v", rbd.ErrUnavailable, fenceSettle)
+			return fmt.Errorf("%w: the clients are blocklisted, but Ceph still lists them on the image after %v", rbd.ErrUnavailable, fenceSettle)
 		}
 		select {
 		case <-ctx.Done():

@@ -14,6 +14,7 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/controller"
 	"github.com/rbdcsi/rbdcsi/internal/nodereg"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
+	"github.com/rbdcsi/rbdcsi/internal/rbd/fake"
 )
 
 // fenceEnv is a controller with a node registry (on the fake's omap) in
@@ -58,28 +59,21 @@ func (f *fenceEnv) unpublish(t *testing.T, vol, node string) error {
 	return err
 }
 
-// mapOn opens the volume's image as a node's mapping does, and returns
-// the client's address.
-func (f *fenceEnv) mapOn(t *testing.T, vol string) string {
+// mapOn opens the volume's image and writes to it, as a node's mapping
+// does: its client watches the image and holds the exclusive lock.
+func (f *fenceEnv) mapOn(t *testing.T, vol string) *fake.Mapping {
 	t.Helper()
-	before := f.watchers(t, vol)
-	unwatch, err := f.ceph.Watch(f.pool, imageOf(t, vol))
-	must(t, err, "Watch")
-	t.Cleanup(unwatch)
-	for _, w := range f.watchers(t, vol) {
-		if !slices.Contains(before, w) {
-			return w.Addr
-		}
-	}
-	t.Fatal("the mapping is not among the watchers")
-	return ""
+	m, err := f.ceph.Map(f.pool, imageOf(t, vol))
+	must(t, err, "Map")
+	t.Cleanup(m.Unmap)
+	return m
 }
 
-func (f *fenceEnv) watchers(t *testing.T, vol string) []rbd.Watcher {
+func (f *fenceEnv) clients(t *testing.T, vol string) []rbd.Client {
 	t.Helper()
-	ws, err := f.ceph.Watchers(ctx(t), f.pool, imageOf(t, vol))
-	must(t, err, "Watchers")
-	return ws
+	cs, err := f.ceph.Clients(ctx(t), f.pool, imageOf(t, vol))
+	must(t, err, "Clients")
+	return cs
 }
 
 func (f *fenceEnv) attachedTo(t *testing.T, vol string) []string {
@@ -92,18 +86,32 @@ func (f *fenceEnv) attachedTo(t *testing.T, vol string) []string {
 // A detach from a node that still maps a single-node writer's image (a
 // force detach) blocklists that client for the expiry, records the fence
 // for the node to lift, and only then removes the attachment; the next
-// node can attach.
+// node can attach. A node cut off from the cluster for longer than the
+// OSDs keep its watch is found by the exclusive lock it still holds.
 func TestForceDetachFencesTheMapping(t *testing.T) {
-	for _, mode := range []csi.VolumeCapability_AccessMode_Mode{
-		csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER,
-		csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER,
-		csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER,
+	for _, tc := range []struct {
+		mode   csi.VolumeCapability_AccessMode_Mode
+		cutOff bool
+	}{
+		{csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, false},
+		{csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER, false},
+		{csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER, false},
+		{csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, true},
 	} {
-		t.Run(mode.String(), func(t *testing.T) {
+		mode := tc.mode
+		name := mode.String()
+		if tc.cutOff {
+			name += "/cut-off"
+		}
+		t.Run(name, func(t *testing.T) {
 			f := newFenceEnv(t, controller.Options{FenceExpiry: 2 * time.Hour})
 			v := f.c.mustCreate(t, "vol", nil)
 			f.publish(t, v, "node-a", accessCap(mode, false), false)
-			addr := f.mapOn(t, v)
+			m := f.mapOn(t, v)
+			if tc.cutOff {
+				m.CutOff()
+			}
+			addr := m.Addr
 			start := time.Now()
 			must(t, f.unpublish(t, v, "node-a"), "force detach")
 
@@ -119,8 +127,8 @@ func TestForceDetachFencesTheMapping(t *testing.T) {
 			if got := f.attachedTo(t, v); len(got) != 0 {
 				t.Fatalf("still attached to %v", got)
 			}
-			if len(f.watchers(t, v)) != 0 {
-				t.Fatal("the fenced client still watches the image")
+			if cs := f.clients(t, v); len(cs) != 0 {
+				t.Fatalf("the fenced client still watches the image or holds its lock: %+v", cs)
 			}
 			if len(f.up.fences) != 1 || f.up.fences[0] != nil {
 				t.Fatalf("fences counted: %v", f.up.fences)
@@ -177,8 +185,8 @@ func TestReadersAndMultiNodeAreNotFenced(t *testing.T) {
 		f.publish(t, v, "node-a", accessCap(tc.mode, tc.block), tc.ro)
 		f.mapOn(t, v)
 		must(t, f.unpublish(t, v, "node-a"), "detach "+tc.mode.String())
-		if len(f.watchers(t, v)) != 1 {
-			t.Fatalf("%s: the node's client lost its watch", tc.mode)
+		if cs := f.clients(t, v); len(cs) != 1 || !cs[0].Watch || !cs[0].Lock {
+			t.Fatalf("%s: the node's client lost its watch or lock: %+v", tc.mode, cs)
 		}
 	}
 	if bl := f.ceph.Blocklisted(); len(bl) != 0 {
@@ -196,7 +204,7 @@ func TestFailedFenceKeepsTheAttachment(t *testing.T) {
 	f := newFenceEnv(t, controller.Options{})
 	v := f.c.mustCreate(t, "vol", nil)
 	f.publish(t, v, "node-a", accessCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, false), false)
-	addr := f.mapOn(t, v)
+	addr := f.mapOn(t, v).Addr
 
 	f.ceph.FailBlocklist(rbd.ErrUnavailable)
 	wantCode(t, f.unpublish(t, v, "node-a"), codes.Unavailable, "detach while the monitor does not answer")
@@ -216,6 +224,9 @@ func TestFailedFenceKeepsTheAttachment(t *testing.T) {
 	}
 	if len(f.ceph.Blocklisted()) != 0 {
 		t.Fatal("a failed fence blocklisted")
+	}
+	if cs := f.clients(t, v); len(cs) != 1 || !cs[0].Lock {
+		t.Fatalf("clients %+v: the lock of a client that is not barred was broken", cs)
 	}
 	if fences, _ := f.reg.Fences(ctx(t), "node-a"); !slices.Equal(fences[v].Addrs, []string{addr}) {
 		t.Fatalf("fence records %v: the intent is recorded before the blocklist", fences)

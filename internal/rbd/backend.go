@@ -83,16 +83,23 @@ type Backend interface {
 	// has none.
 	ListOmap(ctx context.Context, p Pool, object, prefix string) (map[string]string, error)
 
-	// Watchers lists the clients that have the image open read-write
-	// (ErrNotFound for a missing image), marking this backend's own
-	// connections. It opens the image read-only, which adds no watch.
-	Watchers(ctx context.Context, p Pool, name string) ([]Watcher, error)
-	// Blocklist bars the client at addr (a Watcher's Addr) from the
+	// Clients lists the clients that have the image open read-write, one
+	// per address, by watch or exclusive lock (ErrNotFound for a missing
+	// image), marking this backend's own connections. It opens the image
+	// read-only, which adds no watch and takes no lock.
+	Clients(ctx context.Context, p Pool, name string) ([]Client, error)
+	// Blocklist bars the client at addr (a Client's Addr) from the
 	// cluster's OSDs for expire, after which Ceph drops the entry itself.
-	// Ceph drops the client's watches with it, and this backend's calls
-	// made after Blocklist returns already see it in force. A malformed
-	// address or an expire below one second is ErrInvalid.
+	// Ceph drops the client's watches with it (not its lock), and this
+	// backend's calls made after Blocklist returns already see it in
+	// force. A malformed address or an expire below one second is
+	// ErrInvalid.
 	Blocklist(ctx context.Context, monHost string, cred config.Credentials, addr string, expire time.Duration) error
+	// BreakLock removes the image's exclusive lock if the client at addr
+	// holds it (a lock held by another client, or none, is fine), without
+	// blocklisting anyone: the caller blocklists the client first, or it
+	// would take the lock again at its next write.
+	BreakLock(ctx context.Context, p Pool, name, addr string) error
 	// Unblocklist lifts the entry of addr; an address that is not
 	// blocklisted is fine.
 	Unblocklist(ctx context.Context, monHost string, cred config.Credentials, addr string) error

@@ -103,10 +103,14 @@ type Family struct {
 	Created      time.Time
 }
 
-// Watcher is a client that has an image open read-write, for which Ceph
-// keeps a watch on the image header: every mapping of the image (krbd,
-// rbd-nbd, rbd-fuse) is one.
-type Watcher struct {
+// Client is a client that has an image open read-write: Ceph lists a
+// watch of it on the image header (every mapping, krbd, rbd-nbd or
+// rbd-fuse, has one while it can reach the cluster), or it holds the
+// image's exclusive lock (from its first write until it closes the
+// image). A client cut off from the cluster loses its watch when the OSD
+// times it out (30 s by default) but keeps the lock, so the lock is
+// what names a mapping whose node is gone from the network.
+type Client struct {
 	// Addr is the client's address as the blocklist takes it,
 	// ip:port/nonce: the nonce tells one client instance from another
 	// on the same host.
@@ -114,6 +118,9 @@ type Watcher struct {
 	// Own: one of this backend's own connections (the controller opening
 	// the image itself, to write metadata or flatten it).
 	Own bool
+	// Watch: Ceph lists a watch of the client; Lock: it holds the
+	// exclusive lock.
+	Watch, Lock bool
 }
 
 // clientAddr is one client instance's address, ip:port/nonce ("[::1]:0/7"

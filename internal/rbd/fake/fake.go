@@ -83,8 +83,10 @@ type image struct {
 	created  time.Time
 	snaps    []*snapshot // by ID, ascending
 	parent   *link
-	// watchers are the addresses of the clients that have it open.
+	// watchers are the addresses of the clients that have it open;
+	// locker is the one holding its exclusive lock ("": none).
 	watchers []string
+	locker   string
 	// sparsified counts Sparsify calls (the fake keeps no data).
 	sparsified int
 }

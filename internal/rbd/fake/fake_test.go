@@ -24,6 +24,13 @@ func TestContract(t *testing.T) {
 				}
 				return unwatch
 			},
+			Map: func(t *testing.T, p rbd.Pool, image string) func() {
+				m, err := c.Map(p, image)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return m.Unmap
+			},
 			RemoveHeader: func(t *testing.T, p rbd.Pool, image string) {
 				if err := c.RemoveHeader(p, image); err != nil {
 					t.Fatal(err)

@@ -48,6 +48,48 @@ func (c *Ceph) watchAs(p rbd.Pool, name, addr string) (func(), error) {
 	}, nil
 }
 
+// Mapping is a client that opened an image and wrote to it, as a node's
+// mapping does: it watches the image and holds its exclusive lock.
+type Mapping struct {
+	c    *Ceph
+	img  *image
+	Addr string
+}
+
+// Map makes a Mapping of the image, with an address of its own.
+func (c *Ceph) Map(p rbd.Pool, name string) (*Mapping, error) {
+	addr := c.newAddr()
+	if _, err := c.watchAs(p, name, addr); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, img, err := c.named(p, name)
+	if err != nil {
+		return nil, err
+	}
+	img.locker = addr
+	return &Mapping{c: c, img: img, Addr: addr}, nil
+}
+
+// CutOff makes the mapping's node unreachable for longer than the OSDs
+// wait for a watch: Ceph drops its watch, and it keeps the lock.
+func (m *Mapping) CutOff() {
+	m.c.mu.Lock()
+	defer m.c.mu.Unlock()
+	m.img.watchers = slices.DeleteFunc(m.img.watchers, func(a string) bool { return a == m.Addr })
+}
+
+// Unmap closes the image: the watch and the lock go.
+func (m *Mapping) Unmap() {
+	m.CutOff()
+	m.c.mu.Lock()
+	defer m.c.mu.Unlock()
+	if m.img.locker == m.Addr {
+		m.img.locker = ""
+	}
+}
+
 // Blocklisted returns the blocklist: each barred address and when its
 // entry expires.
 func (c *Ceph) Blocklisted() map[string]time.Time {

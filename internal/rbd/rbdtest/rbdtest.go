@@ -26,6 +26,10 @@ type Target struct {
 	// Watch opens the image as another client does (a node that mapped
 	// it) until unwatch is called.
 	Watch func(t *testing.T, p rbd.Pool, image string) (unwatch func())
+	// Map opens the image as another client and writes to it, as a
+	// node's mapping does, so that it also takes the exclusive lock of an
+	// image with that feature, until unmap is called.
+	Map func(t *testing.T, p rbd.Pool, image string) (unmap func())
 	// RemoveHeader leaves an image as an interrupted removal does:
 	// listed in the pool, without its header.
 	RemoveHeader func(t *testing.T, p rbd.Pool, image string)
@@ -62,6 +66,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"Claims", testClaims},
 		{"Omap", testOmap},
 		{"Blocklist", testBlocklist},
+		{"LockHolderOutlivesItsWatch", testLockHolderOutlivesItsWatch},
 		{"Pools", testPools},
 	}
 	for _, tc := range cases {

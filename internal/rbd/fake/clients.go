@@ -10,8 +10,9 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
-// Watchers lists the image's watchers, this client's own marked Own.
-func (c *Ceph) Watchers(ctx context.Context, p rbd.Pool, name string) ([]rbd.Watcher, error) {
+// Clients lists the image's watchers and its lock holder, once each,
+// this client's own marked Own.
+func (c *Ceph) Clients(ctx context.Context, p rbd.Pool, name string) ([]rbd.Client, error) {
 	if err := c.begin(ctx); err != nil {
 		return nil, err
 	}
@@ -20,15 +21,36 @@ func (c *Ceph) Watchers(ctx context.Context, p rbd.Pool, name string) ([]rbd.Wat
 	if err != nil {
 		return nil, err
 	}
-	var out []rbd.Watcher
+	var out []rbd.Client
 	for _, a := range img.watchers {
-		out = append(out, rbd.Watcher{Addr: a, Own: a == c.addr})
+		if !slices.ContainsFunc(out, func(cl rbd.Client) bool { return cl.Addr == a }) {
+			out = append(out, rbd.Client{Addr: a, Own: a == c.addr, Watch: true, Lock: a == img.locker})
+		}
+	}
+	if img.locker != "" && !slices.Contains(img.watchers, img.locker) {
+		out = append(out, rbd.Client{Addr: img.locker, Own: img.locker == c.addr, Lock: true})
 	}
 	return out, nil
 }
 
-// Blocklist records the entry and drops the client's watches, as the
-// OSDs do once they have the map with it.
+// BreakLock drops the exclusive lock if addr holds it.
+func (c *Ceph) BreakLock(ctx context.Context, p rbd.Pool, name, addr string) error {
+	if err := c.begin(ctx); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	_, img, err := c.named(p, name)
+	if err != nil {
+		return err
+	}
+	if img.locker == addr {
+		img.locker = ""
+	}
+	return nil
+}
+
+// Blocklist records the entry and drops the client's watches (not its
+// lock), as the OSDs do once they have the map with it.
 func (c *Ceph) Blocklist(ctx context.Context, _ string, _ config.Credentials, addr string, expire time.Duration) error {
 	if err := c.begin(ctx); err != nil {
 		return err
