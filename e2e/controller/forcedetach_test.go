@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,79 +19,146 @@ import (
 )
 
 // A force detach (Kubernetes gave up on node-a, which still has the volume
-// staged) fences node-a: its client is blocklisted for --fence-expiry and
-// the fence recorded, node-a can no longer write, and node-b stages the
-// volume and reads what node-a wrote before the fence, on a filesystem
-// that checks clean. When node-a comes back and unstages, nothing is left
-// of the mapping and the fence is lifted. A normal detach (unstage first)
-// blocklists nothing.
+// staged and reaches the cluster) fences node-a: its client is blocklisted
+// for --fence-expiry and the fence recorded, node-a can no longer write,
+// and node-b stages the volume and reads what node-a wrote before the
+// fence, on a filesystem that checks clean. When node-a unstages, nothing
+// is left of the mapping and the fence is lifted. A normal detach
+// (unstage first) blocklists nothing.
 func TestForceDetachFencesTheOldNode(t *testing.T) {
-	ctrlMetrics := freeAddr(t)
-	e := setupAttach(t, "--fence-expiry", "10m", "--metrics-address", ctrlMetrics, "--v", "1")
+	s := newMove(t)
+	s.fenced = s.e.c.Watchers(t, s.image)
+	if len(s.fenced) != 1 {
+		t.Fatalf("watchers of the staged image: %v, want node-a's rbd-fuse", s.fenced)
+	}
+	s.forceDetach(t)
+	s.oldNodeCannotWrite(t)
+	s.moveToNodeB(t)
+	s.oldNodeUnstages(t)
+	s.normalDetach(t)
+}
+
+// A node cut off from the cluster for longer than the OSDs keep its watch
+// (node-a's rbd-fuse stopped) is no watcher any more, but it still holds
+// the exclusive lock: the force detach fences it by that lock and breaks
+// the lock, node-b takes the volume over, and when node-a is back its
+// writes fail, and its unstage leaves nothing and lifts the fence.
+func TestForceDetachFencesACutOffNode(t *testing.T) {
+	s := newMove(t)
+	procs, err := harness.RBDFuseProcs(s.stateA)
+	harness.Must(t, err, "rbd-fuse processes of node-a")
+	if len(procs) != 1 {
+		t.Fatalf("node-a runs rbd-fuse processes %v, want one", procs)
+	}
+	harness.Must(t, syscall.Kill(procs[0], syscall.SIGSTOP), "stopping node-a's rbd-fuse")
+	resume := func() { _ = syscall.Kill(procs[0], syscall.SIGCONT) }
+	t.Cleanup(resume) // before the unstages of the scenario's cleanup
+	deadline := time.Now().Add(90 * time.Second)
+	for len(s.e.c.Watchers(t, s.image)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("Ceph still lists the stopped rbd-fuse as a watcher after 90 s")
+		}
+		time.Sleep(time.Second)
+	}
+	s.fenced = s.e.c.Lockers(t, s.image)
+	if len(s.fenced) != 1 {
+		t.Fatalf("lock holders of the image of a cut-off node: %v, want its rbd-fuse", s.fenced)
+	}
+	s.forceDetach(t)
+	if l := s.e.c.Lockers(t, s.image); len(l) != 0 {
+		t.Fatalf("the fenced client's lock is still held: %v", l)
+	}
+	s.moveToNodeB(t)
+	resume()
+	s.oldNodeCannotWrite(t)
+	s.oldNodeUnstages(t)
+	s.normalDetach(t)
+}
+
+// move is a volume staged on node-a with a file synced to it, on its way
+// to node-b; the controller and node-a serve metrics and log at V(1).
+type move struct {
+	e                        attachEnv
+	vol                      *csi.Volume
+	image, stateA            string
+	ctrlMetrics, nodeMetrics string
+	staging                  map[string]string
+	before                   []byte
+	fenced                   []string // node-a's client, as Ceph lists it
+}
+
+func newMove(t *testing.T) *move {
+	s := &move{ctrlMetrics: freeAddr(t), nodeMetrics: freeAddr(t), stateA: t.TempDir(), staging: map[string]string{}}
+	s.e = setupAttach(t, "--fence-expiry", "10m", "--metrics-address", s.ctrlMetrics, "--v", "1")
 	// node-a again, with a state directory the test looks under for
 	// leftovers, and metrics.
-	nodeMetrics, stateA := freeAddr(t), t.TempDir()
-	e.nodes["node-a"].Stop()
-	e.startNode(t, "node-a", "--state-dir", stateA, "--metrics-address", nodeMetrics, "--v", "1")
-
-	rwo := capOf(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, false)
-	resp, err := e.create(t, "force-detach", 64*mib)
+	s.e.nodes["node-a"].Stop()
+	s.e.startNode(t, "node-a", "--state-dir", s.stateA, "--metrics-address", s.nodeMetrics, "--v", "1")
+	resp, err := s.e.create(t, "force-detach", 64*mib)
 	harness.Must(t, err, "create")
-	vol := resp.Volume
-	image := vol.VolumeId[strings.LastIndex(vol.VolumeId, ":")+1:]
-	staging := map[string]string{}
+	s.vol = resp.Volume
+	s.image = s.vol.VolumeId[strings.LastIndex(s.vol.VolumeId, ":")+1:]
 	for _, n := range []string{"node-a", "node-b"} {
 		dir, err := os.MkdirTemp("", "rbdcsi-force-detach-")
 		harness.Must(t, err, "staging dir")
-		staging[n] = dir
+		s.staging[n] = dir
 	}
 	// Whatever fails, nothing stays mapped, attached or blocklisted, and
 	// the volume goes.
-	var fenced []string
 	t.Cleanup(func() {
 		ctx := context.Background()
 		for _, n := range []string{"node-a", "node-b"} {
-			_, _ = e.nodes[n].Node().NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vol.VolumeId, StagingTargetPath: staging[n]})
-			_, _ = e.cc.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: vol.VolumeId, NodeId: n, Secrets: e.c.Secrets()})
-			_ = os.Remove(staging[n]) // empty once unstaged; never RemoveAll a possible mount
+			_, _ = s.e.nodes[n].Node().NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: s.vol.VolumeId, StagingTargetPath: s.staging[n]})
+			_, _ = s.e.cc.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: s.vol.VolumeId, NodeId: n, Secrets: s.e.c.Secrets()})
+			_ = os.Remove(s.staging[n]) // empty once unstaged; never RemoveAll a possible mount
 		}
-		if _, err := e.cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: vol.VolumeId, Secrets: e.c.Secrets()}); err != nil {
+		if _, err := s.e.cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: s.vol.VolumeId, Secrets: s.e.c.Secrets()}); err != nil {
 			t.Errorf("delete: %v", err)
 		}
-		list := e.c.Blocklist(t)
-		for _, a := range fenced {
+		list := s.e.c.Blocklist(t)
+		for _, a := range s.fenced {
 			if _, ok := list[a]; ok {
-				e.c.Unblocklist(t, a)
+				s.e.c.Unblocklist(t, a)
 			}
 		}
 	})
 
-	harness.Must(t, e.publish(t, vol.VolumeId, "node-a", rwo, false), "publish to node-a")
-	harness.Must(t, e.stage(t, "node-a", vol, staging["node-a"]), "stage on node-a")
-	before := bytes.Repeat([]byte("written by node-a before the fence\n"), 4096)
-	writeSynced(t, filepath.Join(staging["node-a"], "before"), before)
-	fenced = e.c.Watchers(t, image)
-	if len(fenced) != 1 {
-		t.Fatalf("watchers of the staged image: %v, want node-a's rbd-fuse", fenced)
-	}
+	rwo := capOf(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, false)
+	harness.Must(t, s.e.publish(t, s.vol.VolumeId, "node-a", rwo, false), "publish to node-a")
+	harness.Must(t, s.e.stage(t, "node-a", s.vol, s.staging["node-a"]), "stage on node-a")
+	s.before = bytes.Repeat([]byte("written by node-a before the fence\n"), 4096)
+	writeSynced(t, filepath.Join(s.staging["node-a"], "before"), s.before)
+	return s
+}
 
-	// The force detach: node-a has not unstaged.
+// forceDetach detaches the volume from node-a, which has not unstaged, and
+// checks the fence: node-a's client blocklisted for --fence-expiry, the
+// fence recorded, the client gone from the image.
+func (s *move) forceDetach(t *testing.T) {
+	t.Helper()
 	start := time.Now()
-	e.unpublish(t, vol.VolumeId, "node-a")
-	until, ok := e.c.Blocklist(t)[fenced[0]]
+	s.e.unpublish(t, s.vol.VolumeId, "node-a")
+	until, ok := s.e.c.Blocklist(t)[s.fenced[0]]
 	if !ok {
-		t.Fatalf("node-a's client %s is not blocklisted: %v", fenced[0], e.c.Blocklist(t))
+		t.Fatalf("node-a's client %s is not blocklisted: %v", s.fenced[0], s.e.c.Blocklist(t))
 	}
-	if until.Before(start.Add(10*time.Minute-time.Minute)) || until.After(time.Now().Add(10*time.Minute+time.Minute)) {
+	if until.Before(start.Add(9*time.Minute)) || until.After(time.Now().Add(11*time.Minute)) {
 		t.Errorf("blocklisted until %v, want about --fence-expiry (10m) from %v", until, start)
 	}
-	if got := fenceRecords(t, e.c); !slices.Equal(got, []string{"fenced/node-a/" + vol.VolumeId}) {
+	if got := fenceRecords(t, s.e.c); !slices.Equal(got, []string{"fenced/node-a/" + s.vol.VolumeId}) {
 		t.Fatalf("fence records %v, want node-a's of the volume", got)
 	}
-	if w := e.c.Watchers(t, image); len(w) != 0 {
+	if w := s.e.c.Watchers(t, s.image); len(w) != 0 {
 		t.Fatalf("the fenced client still watches the image: %v", w)
 	}
-	switch err := writeWithTimeout(filepath.Join(staging["node-a"], "after"), time.Minute); {
+	expectMetrics(t, s.ctrlMetrics, `rbdcsi_fences_total{result="success"} 1`)
+}
+
+// oldNodeCannotWrite: a write and fsync through node-a's staging mount
+// fails, promptly.
+func (s *move) oldNodeCannotWrite(t *testing.T) {
+	t.Helper()
+	switch err := writeWithTimeout(filepath.Join(s.staging["node-a"], "after"), time.Minute); {
 	case err == nil:
 		t.Fatal("node-a wrote and synced to the volume after the fence")
 	case errors.Is(err, context.DeadlineExceeded):
@@ -98,58 +166,67 @@ func TestForceDetachFencesTheOldNode(t *testing.T) {
 	default:
 		t.Logf("node-a's write after the fence: %v", err)
 	}
-	expectMetrics(t, ctrlMetrics, `rbdcsi_fences_total{result="success"} 1`)
+}
 
-	// The volume moves: node-b stages it (taking the dead client's lock)
-	// and reads what node-a synced before the fence.
-	harness.Must(t, e.publish(t, vol.VolumeId, "node-b", rwo, false), "publish to node-b")
-	harness.Must(t, e.stage(t, "node-b", vol, staging["node-b"]), "stage on node-b")
-	got, err := os.ReadFile(filepath.Join(staging["node-b"], "before"))
-	if err != nil || !bytes.Equal(got, before) {
-		t.Fatalf("node-b reads %d bytes of the file node-a synced (%v), want %d", len(got), err, len(before))
+// moveToNodeB: node-b stages the volume and reads what node-a synced
+// before the fence.
+func (s *move) moveToNodeB(t *testing.T) {
+	t.Helper()
+	rwo := capOf(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, false)
+	harness.Must(t, s.e.publish(t, s.vol.VolumeId, "node-b", rwo, false), "publish to node-b")
+	harness.Must(t, s.e.stage(t, "node-b", s.vol, s.staging["node-b"]), "stage on node-b")
+	got, err := os.ReadFile(filepath.Join(s.staging["node-b"], "before"))
+	if err != nil || !bytes.Equal(got, s.before) {
+		t.Fatalf("node-b reads %d bytes of the file node-a synced (%v), want %d", len(got), err, len(s.before))
 	}
+}
 
-	// node-a comes back: its unstage of the blocklisted mapping succeeds,
-	// leaves nothing, and lifts the fence.
-	e.unstage(t, "node-a", vol, staging["node-a"])
-	left, err := harness.FindLeftovers(stateA)
+// oldNodeUnstages: node-a's unstage of the blocklisted mapping succeeds,
+// leaves nothing, and lifts the fence; both ends logged what they did,
+// never with a key.
+func (s *move) oldNodeUnstages(t *testing.T) {
+	t.Helper()
+	s.e.unstage(t, "node-a", s.vol, s.staging["node-a"])
+	left, err := harness.FindLeftovers(s.stateA)
 	harness.Must(t, err, "leftovers of node-a")
-	if mounts, _ := harness.MountsUnder(staging["node-a"]); !left.Empty() || len(mounts) > 0 {
+	if mounts, _ := harness.MountsUnder(s.staging["node-a"]); !left.Empty() || len(mounts) > 0 {
 		t.Fatalf("node-a's unstage left %v, mounts %v", left.Describe(), mounts)
 	}
-	if _, ok := e.c.Blocklist(t)[fenced[0]]; ok {
-		t.Fatalf("node-a's client %s is still blocklisted after its unstage", fenced[0])
+	if _, ok := s.e.c.Blocklist(t)[s.fenced[0]]; ok {
+		t.Fatalf("node-a's client %s is still blocklisted after its unstage", s.fenced[0])
 	}
-	if got := fenceRecords(t, e.c); len(got) != 0 {
+	if got := fenceRecords(t, s.e.c); len(got) != 0 {
 		t.Fatalf("fence records %v after node-a's unstage", got)
 	}
-	expectMetrics(t, nodeMetrics, `rbdcsi_fence_lifts_total{result="success"} 1`)
-	// Both ends say what they did, by volume, node and client, and never
-	// with a key.
-	for who, log := range map[string]string{"controller": e.p.Logs(), "node-a": e.nodes["node-a"].Logs()} {
+	expectMetrics(t, s.nodeMetrics, `rbdcsi_fence_lifts_total{result="success"} 1`)
+	for who, log := range map[string]string{"controller": s.e.p.Logs(), "node-a": s.e.nodes["node-a"].Logs()} {
 		want := map[string]string{"controller": "fenced a node", "node-a": "lifted the fence"}[who]
-		if !strings.Contains(log, want) || !strings.Contains(log, fenced[0]) || !strings.Contains(log, vol.VolumeId) {
-			t.Errorf("the %s's log does not say %q with the volume and client %s:\n%s", who, want, fenced[0], log)
+		if !strings.Contains(log, want) || !strings.Contains(log, s.fenced[0]) || !strings.Contains(log, s.vol.VolumeId) {
+			t.Errorf("the %s's log does not say %q with the volume and client %s:\n%s", who, want, s.fenced[0], log)
 		}
-		if strings.Contains(log, e.c.CSIKey) {
+		if strings.Contains(log, s.e.c.CSIKey) {
 			t.Errorf("the %s's log holds the CSI user's key", who)
 		}
 	}
+}
 
-	// A normal detach: node-b unstages first, and nothing is blocklisted.
-	listed := e.c.Blocklist(t)
-	e.unstage(t, "node-b", vol, staging["node-b"])
-	e.unpublish(t, vol.VolumeId, "node-b")
-	for a := range e.c.Blocklist(t) {
+// normalDetach: node-b unstages first, so its detach blocklists nothing,
+// and the volume's ext4 checks clean.
+func (s *move) normalDetach(t *testing.T) {
+	t.Helper()
+	listed := s.e.c.Blocklist(t)
+	s.e.unstage(t, "node-b", s.vol, s.staging["node-b"])
+	s.e.unpublish(t, s.vol.VolumeId, "node-b")
+	for a := range s.e.c.Blocklist(t) {
 		if _, ok := listed[a]; !ok {
 			t.Errorf("the normal detach blocklisted %s", a)
 		}
 	}
-	if got := fenceRecords(t, e.c); len(got) != 0 {
+	if got := fenceRecords(t, s.e.c); len(got) != 0 {
 		t.Fatalf("fence records %v after a normal detach", got)
 	}
-	expectMetrics(t, ctrlMetrics, `rbdcsi_fences_total{result="success"} 1`)
-	fsckClean(t, e.c, image)
+	expectMetrics(t, s.ctrlMetrics, `rbdcsi_fences_total{result="success"} 1`)
+	fsckClean(t, s.e.c, s.image)
 }
 
 // writeSynced writes a file and fsyncs it.

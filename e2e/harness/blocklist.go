@@ -54,3 +54,21 @@ func (c Cluster) Watchers(t testing.TB, image string) []string {
 	}
 	return addrs
 }
+
+// Lockers lists the addresses of the clients holding a lock on an image
+// of the test pool (rbd lock ls): its exclusive lock's holder, which keeps
+// it after Ceph timed out its watch.
+func (c Cluster) Lockers(t testing.TB, image string) []string {
+	t.Helper()
+	out, err := c.RBD(append([]string{"lock", "ls", "--format", "json", c.Pool + "/" + image}, c.NamespaceArgs()...)...)
+	Must(t, err, "rbd lock ls %s: %s", image, out)
+	var locks []struct {
+		Address string `json:"address"`
+	}
+	Must(t, json.Unmarshal([]byte(out), &locks), "rbd lock ls %s: %s", image, out)
+	var addrs []string
+	for _, l := range locks {
+		addrs = append(addrs, l.Address)
+	}
+	return addrs
+}
