@@ -19,9 +19,9 @@ func (b *Backend) Clients(ctx context.Context, p rbd.Pool, name string) ([]rbd.C
 	var out []rbd.Client
 	err := b.withIoctx(ctx, p, "Clients", func(ioctx *rados.IOContext) error {
 		// Read-only: a read-write open would add a watch of our own.
-		img, err := librbd.OpenImageReadOnly(ioctx, name, librbd.NoSnapshot)
+		img, err := openRO(ioctx, name, "")
 		if err != nil {
-			return fmt.Errorf("opening image %s/%s: %w", p.Name, name, classify(err))
+			return err
 		}
 		defer img.Close()
 		ws, err := img.ListWatchers()
@@ -91,9 +91,9 @@ func exclusiveLockers(img *librbd.Image) ([]librbd.Locker, error) {
 // caller's.
 func (b *Backend) BreakLock(ctx context.Context, p rbd.Pool, name, addr string) error {
 	return b.withIoctx(ctx, p, "BreakLock", func(ioctx *rados.IOContext) error {
-		img, err := librbd.OpenImageReadOnly(ioctx, name, librbd.NoSnapshot)
+		img, err := openRO(ioctx, name, "")
 		if err != nil {
-			return fmt.Errorf("opening image %s/%s: %w", p.Name, name, classify(err))
+			return err
 		}
 		defer img.Close()
 		id, err := img.GetId()
