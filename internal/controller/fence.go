@@ -22,9 +22,10 @@ import (
 // librbd adds when it breaks a dead client's lock.
 const DefaultFenceExpiry = time.Hour
 
-// fenceSettle bounds the wait for Ceph to drop a blocklisted client's
-// watch: it does so as soon as the OSD has the map with the entry, which
-// Blocklist waited for, so this is a margin, not a schedule.
+// fenceSettle bounds the wait for Ceph to list a fenced client on the
+// image no more: its watch goes as soon as the OSD has the map with the
+// entry, which Blocklist waited for, and its lock was broken, so this is
+// a margin, not a schedule.
 const fenceSettle = 3 * time.Second
 
 // fence blocklists the clients that still have the volume's image open
