@@ -134,7 +134,8 @@ main() {
 		printf '%s' "$CEPH_CSI_KEY" >"$work/deploy/e2e/local/userKey"
 		# The node plugins' user, as deploy/kubernetes/secret.yaml says to make it.
 		printf 'rbdcsi-node' >"$work/deploy/e2e/local/nodeUserID"
-		ceph -c "$CEPH_CONF" auth get-or-create client.rbdcsi-node mon 'allow r' \
+		ceph -c "$CEPH_CONF" auth get-or-create client.rbdcsi-node \
+			mon 'allow r, allow command "osd blocklist" with blocklistop=rm' \
 			osd "allow rwx pool=$CEPH_POOL object_prefix rbdcsi.nodes" >/dev/null
 		ceph -c "$CEPH_CONF" auth print-key client.rbdcsi-node >"$work/deploy/e2e/local/nodeUserKey"
 	)

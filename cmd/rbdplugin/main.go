@@ -86,6 +86,7 @@ func parseFlags(args []string) (flags, error) {
 		f.ctrl.InstanceID = v
 		return nil
 	})
+	fs.DurationVar(&f.ctrl.FenceExpiry, "fence-expiry", controller.DefaultFenceExpiry, "with --node-registry: how long the Ceph clients of a node that still had a single-node volume open when it was detached (a force detach) stay blocklisted, unless the node lifts them when it unstages the volume. A cut-off node whose mapping outlives this may write again: make it longer than a node may stay cut off")
 	fs.StringVar(&f.pprofAddr, "pprof-address", "", "host:port to serve Go's profiles on, at /debug/pprof/ (e.g. 127.0.0.1:6060), to measure where time and memory go; empty (the default) turns it off")
 	fs.StringVar(&f.metricsAddr, "metrics-address", "", "host:port to serve Prometheus metrics on, at /metrics (e.g. :9809); empty turns metrics off")
 	f.node = addNodeFlags(fs)
@@ -111,6 +112,9 @@ func parseFlags(args []string) (flags, error) {
 	}
 	if f.mode != "controller" && f.nodeID == "" {
 		return f, fmt.Errorf("--nodeid is required in %s mode", f.mode)
+	}
+	if f.ctrl.FenceExpiry < time.Second {
+		return f, fmt.Errorf("--fence-expiry %v: want at least 1s (Ceph counts blocklist expiries in seconds)", f.ctrl.FenceExpiry)
 	}
 	if f.crashAt != "" && os.Getenv(crashEnv) != "1" {
 		return f, fmt.Errorf("--test-crash-at is for the project's crash tests only: it needs %s=1 in the environment", crashEnv)
@@ -171,13 +175,14 @@ func run(ctx context.Context, f flags) error {
 	var observer rbd.Observer
 	var upkeep controller.Upkeep
 	var trimObs node.TrimObserver
+	var liftObs node.LiftObserver
 	if f.metricsAddr != "" {
 		m, err := startMetrics(ctx, f.metricsAddr)
 		if err != nil {
 			return err
 		}
 		interceptors = append(interceptors, m.UnaryInterceptor())
-		observer, upkeep, trimObs = m, m, m
+		observer, upkeep, trimObs, liftObs = m, m, m, m
 	}
 	checks := []driver.HealthCheck{func(context.Context) error { return clusters.Health() }}
 	var services driver.Services
@@ -217,9 +222,14 @@ func run(ctx context.Context, f flags) error {
 	}
 	var topology map[string]string
 	if f.mode != "controller" {
-		nb := nodeBackend{images: backend}
-		if f.registry.location != "" {
+		nb := nodeBackend{images: backend, lifts: liftObs}
+		reg, err := f.registry.nodeRegistry(clusters, backend)
+		if err != nil {
+			return err
+		}
+		if reg != nil {
 			nb.fence = backend
+			nb.unfence = nodereg.NewUnfencer(reg, backend, f.nodeID)
 		}
 		var crush map[string]string
 		if topology, crush, err = f.topology.place(ctx, f.driverName, f.nodeID); err != nil {
@@ -233,7 +243,7 @@ func run(ctx context.Context, f flags) error {
 		checks = append(checks, nodeChecks...)
 		defer startTrimmer(ctx, nodeSvc, f.node.fstrimInterval, trimObs)()
 		hbCtx, stopHeartbeat := context.WithCancel(ctx)
-		wait, err := f.registry.startHeartbeat(hbCtx, clusters, backend, nodereg.Node{ID: f.nodeID, MaxVolumes: f.node.maxVolumes})
+		wait, err := f.registry.startHeartbeat(hbCtx, reg, nodereg.Node{ID: f.nodeID, MaxVolumes: f.node.maxVolumes})
 		if err != nil {
 			stopHeartbeat()
 			return err

@@ -49,11 +49,15 @@ func addNodeFlags(fs *flag.FlagSet) *nodeFlags {
 	return f
 }
 
-// nodeBackend is what the node reads in Ceph: attachments (fence, only
-// with the node registry) and encrypted volumes' key records (images).
+// nodeBackend is what the node reads and changes in Ceph: attachments
+// (fence) and its own fences' lift (unfence), both only with the node
+// registry, and encrypted volumes' key records (images); lifts counts the
+// lifts.
 type nodeBackend struct {
-	fence  node.Fence
-	images node.Images
+	fence   node.Fence
+	unfence node.Unfence
+	lifts   node.LiftObserver
+	images  node.Images
 }
 
 // newNode builds the Node service and the health checks it adds to Probe.
@@ -106,6 +110,8 @@ func newNode(f flags, clusters *config.ClusterMap, backend nodeBackend, kmsConfi
 		Topology:          topology,
 		Clusters:          clusters,
 		Fence:             backend.fence,
+		Unfence:           backend.unfence,
+		Lifts:             backend.lifts,
 		Fault:             fault,
 		CgroupRoot:        nf.cgroupRoot,
 		Crypt:             luks.New(luks.Options{Runner: run}),

@@ -55,11 +55,12 @@ func (r *registryFlags) controllerRegistry(clusters *config.ClusterMap, store no
 	return nodereg.New(store, p, r.instance, r.ttl), nil
 }
 
-// startHeartbeat keeps this node registered until ctx ends; the returned
-// function waits for it to deregister.
-func (r *registryFlags) startHeartbeat(ctx context.Context, clusters *config.ClusterMap, store nodereg.Store, n nodereg.Node) (wait func(), err error) {
+// nodeRegistry is the registry as a node plugin uses it, with the node
+// user (--node-secret-dir): to keep its heartbeat, and to lift the fences
+// the controller put on it. Nil without --node-registry.
+func (r *registryFlags) nodeRegistry(clusters *config.ClusterMap, store nodereg.Store) (*nodereg.Registry, error) {
 	if r.location == "" {
-		return func() {}, nil
+		return nil, nil
 	}
 	if r.nodeSecretDir == "" {
 		return nil, errors.New("--node-registry needs --node-secret-dir in node mode: the node writes its heartbeat with those credentials")
@@ -72,7 +73,15 @@ func (r *registryFlags) startHeartbeat(ctx context.Context, clusters *config.Clu
 	if err != nil {
 		return nil, err
 	}
-	reg := nodereg.New(store, p, r.instance, r.ttl)
+	return nodereg.New(store, p, r.instance, r.ttl), nil
+}
+
+// startHeartbeat keeps this node registered in reg (nil: no registry)
+// until ctx ends; the returned function waits for it to deregister.
+func (r *registryFlags) startHeartbeat(ctx context.Context, reg *nodereg.Registry, n nodereg.Node) (wait func(), err error) {
+	if reg == nil {
+		return func() {}, nil
+	}
 	// The first beat is synchronous, so the node is known as soon as it serves.
 	bctx, cancel := context.WithTimeout(ctx, r.ttl/5)
 	err = reg.Beat(bctx, n)

@@ -309,6 +309,7 @@ type rotationRecorder struct {
 func (r *rotationRecorder) BackgroundTasks(string, int) {}
 func (r *rotationRecorder) Swept(error)                 {}
 func (r *rotationRecorder) Reclaimed(string)            {}
+func (r *rotationRecorder) Fenced(error)                {}
 func (r *rotationRecorder) Rewrapped(_ string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +16,9 @@ import (
 )
 
 // attachEnv is a controller plus two node plugins (node-a, node-b) that
-// register themselves in the node registry, all on one machine.
+// register themselves in the node registry, all on one machine. The nodes
+// run as a node user with the rights deploy/kubernetes/secret.yaml gives
+// it: write the registry object, lift blocklist entries (their fences).
 type attachEnv struct {
 	env
 	nodes     map[string]*harness.Plugin
@@ -23,17 +26,37 @@ type attachEnv struct {
 	registry  []string
 }
 
-func setupAttach(t *testing.T) attachEnv {
+// setupAttach starts the controller, with extra flags, and the nodes.
+func setupAttach(t *testing.T, ctrlFlags ...string) attachEnv {
 	c := harness.LoadCluster(t)
-	secretDir := harness.WriteControllerSecretDir(t, c)
+	ctrlSecretDir := harness.WriteControllerSecretDir(t, c)
 	registry := []string{"--node-registry", c.ClusterID + "/" + c.Pool, "--node-registry-ttl", "30s"}
-	p := harness.StartPlugin(t, c, append([]string{"--mode", "controller", "--controller-secret-dir", secretDir}, registry...)...)
-	e := attachEnv{env: env{c: c, p: p, cc: p.Controller()}, nodes: map[string]*harness.Plugin{}, secretDir: secretDir, registry: registry}
+	args := append([]string{"--mode", "controller", "--controller-secret-dir", ctrlSecretDir}, registry...)
+	p := harness.StartPlugin(t, c, append(args, ctrlFlags...)...)
+	user := c.Name("rbdcsi-node-attach")
+	key := c.NewUser(t, user, nodeUserCaps(c)...)
+	e := attachEnv{env: env{c: c, p: p, cc: p.Controller()}, nodes: map[string]*harness.Plugin{}, secretDir: writeSecretDir(t, user, key), registry: registry}
 	for _, n := range []string{"node-a", "node-b"} {
 		e.startNode(t, n)
 	}
 	t.Cleanup(func() { c.ExpectNoImages(t) })
 	return e
+}
+
+// nodeUserCaps are the node user's rights in deploy/kubernetes/secret.yaml.
+func nodeUserCaps(c harness.Cluster) []string {
+	return []string{"mon", `allow r, allow command "osd blocklist" with blocklistop=rm`,
+		"osd", "allow rwx pool=" + c.Pool + " object_prefix rbdcsi.nodes"}
+}
+
+// writeSecretDir writes a user's credentials as a mounted Secret holds them
+// (--node-secret-dir).
+func writeSecretDir(t *testing.T, user, key string) string {
+	dir := t.TempDir()
+	for name, v := range map[string]string{"userID": user, "userKey": key} {
+		harness.Must(t, os.WriteFile(filepath.Join(dir, name), []byte(v), 0o600), "write %s", name)
+	}
+	return dir
 }
 
 // startNode starts a node plugin that registers itself as name.

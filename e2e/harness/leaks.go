@@ -3,6 +3,7 @@ package harness
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -77,14 +78,16 @@ func (c Cluster) objectLeaks() []string {
 
 // IndexLeft lists the entries of the driver's index objects that outlive
 // the work they track: attachment entries in the node registry
-// ("attach/<node>/<volumeID>", gone once every volume is detached) and
+// ("attach/<node>/<volumeID>", gone once every volume is detached), fence
+// records there ("fenced/<node>/<volumeID>", gone once the fenced node
+// unstaged the volume and lifted them) and
 // unsettled snapshot claims (rbdcsi.snapclaims, gone once every
 // CreateSnapshot settled), static images with a clone's temporary snapshot
 // (rbdcsi.statictmp, gone once the clone is done). The objects themselves
 // may stay, empty.
 func (c Cluster) IndexLeft() []string {
 	var left []string
-	for base, prefix := range map[string]string{"rbdcsi.nodes": "attach/", "rbdcsi.snapclaims": "", "rbdcsi.statictmp": ""} {
+	for base, prefixes := range map[string][]string{"rbdcsi.nodes": {"attach/", "fenced/"}, "rbdcsi.snapclaims": {""}, "rbdcsi.statictmp": {""}} {
 		obj := c.Object(base)
 		out, err := c.Rados(append(c.poolArgs(), "listomapkeys", obj)...)
 		if err != nil {
@@ -94,7 +97,7 @@ func (c Cluster) IndexLeft() []string {
 			continue
 		}
 		for _, k := range strings.Fields(out) {
-			if strings.HasPrefix(k, prefix) {
+			if slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(k, p) }) {
 				left = append(left, obj+" entry "+k)
 			}
 		}

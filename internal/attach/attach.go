@@ -76,6 +76,15 @@ func SingleNode(m csi.VolumeCapability_AccessMode_Mode) bool {
 	return false
 }
 
+// FencedAtDetach reports whether detaching an attachment of this kind
+// blocklists the clients that still have the image open: a single-node
+// writer is the volume's only writer, so a client left after its detach
+// is a stale mapping on a node that was cut off, whose late writes would
+// land under the next node's filesystem. Readers write nothing. Nodes of
+// a multi-node mode share the image by design and coordinate through the
+// application; fencing one of them is out of scope.
+func FencedAtDetach(r Record) bool { return SingleNode(r.Mode) && !r.ReadOnly }
+
 // Conflict says why a new attachment cannot join the existing ones, or "".
 // Single-node modes exclude every other node; a writer excludes every other
 // node unless all are raw block multi-writers (the application then owns

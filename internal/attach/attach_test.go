@@ -57,3 +57,23 @@ func TestAttachmentRecords(t *testing.T) {
 		t.Fatalf("attachedNodes = %v", nodes)
 	}
 }
+
+func TestFencedAtDetach(t *testing.T) {
+	for _, c := range []struct {
+		r    Record
+		want bool
+	}{
+		{Record{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}, true},
+		{Record{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER}, true},
+		{Record{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER}, true},
+		{Record{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, ReadOnly: true}, false},
+		{Record{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY, ReadOnly: true}, false},
+		{Record{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER}, false},
+		{Record{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER}, false},
+		{Record{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY, ReadOnly: true}, false},
+	} {
+		if got := FencedAtDetach(c.r); got != c.want {
+			t.Errorf("FencedAtDetach(%s) = %v", c.r, got)
+		}
+	}
+}

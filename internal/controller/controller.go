@@ -84,6 +84,10 @@ type Options struct {
 	SweepInterval time.Duration
 	// Nodes tells which nodes exist. Nil: attachments are not offered.
 	Nodes Nodes
+	// FenceExpiry is how long the clients of a node that still had a
+	// volume open when it was detached stay blocklisted, unless the node
+	// lifts them when it unstages the volume (0: DefaultFenceExpiry).
+	FenceExpiry time.Duration
 	// Upkeep is told about background work (metrics). Nil: nobody.
 	Upkeep Upkeep
 	// VolumeNamePrefixes are the StorageClass volumeNamePrefix values
@@ -128,6 +132,10 @@ type Upkeep interface {
 	// its old wrapping until a later pass. kmsID is "unknown" for a record
 	// that is malformed or names a KMS the configuration lacks.
 	Rewrapped(kmsID string, err error)
+	// Fenced counts one fence of a node that still had a volume open
+	// when it was detached; err is why it failed (the volume stays
+	// attached until a retry fences the node).
+	Fenced(err error)
 	// RotationPassed reports a pass of the KEK rotation over every pool:
 	// per configured KMS ID (and "unknown"), how many volumes are left
 	// with a data key wrapped by another KEK than the current one, or
@@ -143,6 +151,7 @@ const (
 	reclaimedUnfinished  = "unfinished-image"   // a create no retry came back for
 	reclaimedTmpSnap     = "temporary-snapshot" // a volume clone's, no retry came back for
 	reclaimedClaim       = "snapshot-claim"     // a snapshot name claim no retry came back for
+	reclaimedFence       = "expired-fence"      // a fence record whose blocklist entries Ceph dropped, of a node that never lifted them
 )
 
 type nopUpkeep struct{}
@@ -151,6 +160,7 @@ func (nopUpkeep) BackgroundTasks(string, int)          {}
 func (nopUpkeep) Swept(error)                          {}
 func (nopUpkeep) Reclaimed(string)                     {}
 func (nopUpkeep) Rewrapped(string, error)              {}
+func (nopUpkeep) Fenced(error)                         {}
 func (nopUpkeep) RotationPassed(map[string]int, error) {}
 
 // Defaults for Options.
@@ -198,6 +208,9 @@ func New(o Options) *Controller {
 	}
 	if o.Upkeep == nil {
 		o.Upkeep = nopUpkeep{}
+	}
+	if o.FenceExpiry <= 0 {
+		o.FenceExpiry = DefaultFenceExpiry
 	}
 	c := &Controller{backend: o.Backend, clusters: o.Clusters, cred: o.Credentials, locks: lock.New(), opts: o, nodes: o.Nodes,
 		names: newNaming(o.InstanceID, o.VolumeNamePrefixes)}

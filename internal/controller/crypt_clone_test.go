@@ -21,6 +21,10 @@ func (oneNode) Lookup(_ context.Context, id string) (nodereg.Node, bool, error) 
 func (oneNode) Attachments(context.Context, string) ([]string, error)  { return nil, nil }
 func (oneNode) AddAttachment(context.Context, string, string) error    { return nil }
 func (oneNode) RemoveAttachment(context.Context, string, string) error { return nil }
+func (oneNode) AddFence(context.Context, string, string, nodereg.Fence) error {
+	return nil
+}
+func (oneNode) DropExpiredFences(context.Context) (int, error) { return 0, nil }
 
 // Restores and clones of an encrypted volume share its LUKS header, so
 // they carry the same DEK, wrapped for their own class's KMS, in state

@@ -51,6 +51,8 @@ func newEnv(t *testing.T) *env {
 type ctrl struct {
 	e *env
 	c *controller.Controller
+	// ceph is the process's own client of the cluster.
+	ceph *fake.Ceph
 }
 
 // start runs a controller on the env's cluster; crashAt names the fault
@@ -66,14 +68,15 @@ func (e *env) start(crashAt string, o controller.Options) *ctrl {
 	if crashAt == "" {
 		fault = nil
 	}
-	o.Backend, o.Fault = e.ceph.Client(fault), fault
+	client := e.ceph.Client(fault)
+	o.Backend, o.Fault = client, fault
 	if e.wrap != nil {
 		o.Backend = e.wrap(o.Backend)
 	}
 	o.Clusters = config.NewStaticClusterMap([]config.Cluster{{ClusterID: clusterID, Monitors: []string{"127.0.0.1:3300"}}})
 	c := controller.New(o)
 	e.t.Cleanup(c.Close)
-	return &ctrl{e: e, c: c}
+	return &ctrl{e: e, c: c, ceph: client}
 }
 
 // ownCreds are controller credentials for the calls without secrets.
@@ -263,6 +266,7 @@ type upkeep struct {
 	reclaimed []string
 	sweeps    int
 	errs      []error
+	fences    []error // one per fence, nil when it succeeded
 }
 
 func (u *upkeep) BackgroundTasks(string, int) {}
@@ -280,7 +284,12 @@ func (u *upkeep) Reclaimed(what string) {
 	u.reclaimed = append(u.reclaimed, what)
 }
 
-func (u *upkeep) Rewrapped(string, error)              {}
+func (u *upkeep) Rewrapped(string, error) {}
+func (u *upkeep) Fenced(err error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.fences = append(u.fences, err)
+}
 func (u *upkeep) RotationPassed(map[string]int, error) {}
 
 func (u *upkeep) count(what string) int {

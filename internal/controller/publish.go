@@ -15,13 +15,16 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
-// Nodes tells which nodes exist and indexes what is attached to each
-// (internal/nodereg implements it).
+// Nodes tells which nodes exist, indexes what is attached to each and
+// records the fences of nodes that still had a volume open when it was
+// detached from them (internal/nodereg implements it).
 type Nodes interface {
 	Lookup(ctx context.Context, nodeID string) (nodereg.Node, bool, error)
 	Attachments(ctx context.Context, nodeID string) ([]string, error)
 	AddAttachment(ctx context.Context, nodeID, volumeID string) error
 	RemoveAttachment(ctx context.Context, nodeID, volumeID string) error
+	AddFence(ctx context.Context, nodeID, volumeID string, f nodereg.Fence) error
+	DropExpiredFences(ctx context.Context) (int, error)
 }
 
 // ControllerPublishVolume records the attachment of a volume to a node.
@@ -98,7 +101,9 @@ func (c *Controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 }
 
 // ControllerUnpublishVolume removes the attachment record; a volume or node
-// that is gone, or an attachment that is not there, is a success.
+// that is gone, or an attachment that is not there, is a success. A node
+// that still has a single-node writer's image open is fenced first
+// (fence.go).
 func (c *Controller) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
 	if c.nodes == nil {
 		return nil, status.Error(codes.Unimplemented, "attachments need the node registry (--node-registry)")
@@ -128,13 +133,19 @@ func (c *Controller) ControllerUnpublishVolume(ctx context.Context, req *csi.Con
 		return nil, err
 	default:
 		var keys []string
-		for n := range attach.Records(info.Metadata) {
+		for n, rec := range attach.Records(info.Metadata) {
 			if node == "" { // no node: detach from all
 				nodes = append(nodes, n)
 			}
-			if node == "" || n == node {
-				keys = append(keys, attach.MetaPrefix+n)
+			if node != "" && n != node {
+				continue
 			}
+			if attach.FencedAtDetach(rec) {
+				if err := c.fence(ctx, pool, vol, id, n); err != nil {
+					return nil, err
+				}
+			}
+			keys = append(keys, attach.MetaPrefix+n)
 		}
 		if len(keys) > 0 {
 			if err := c.backend.RemoveMetadata(ctx, pool, vol.Image, keys...); err != nil {

@@ -126,8 +126,12 @@ func (s *sweeper) startPeriodic() {
 	s.tasks.every(periodicKey, s.interval, s.sweepAll)
 }
 
-// sweepAll starts the sweep of every pool of every cluster that is due.
+// sweepAll starts the sweep of every pool of every cluster that is due,
+// and drops the node registry's expired fence records.
 func (s *sweeper) sweepAll(ctx context.Context) {
+	if s.c.nodes != nil {
+		s.c.dropExpiredFences(ctx)
+	}
 	for _, cluster := range s.c.clusters.All() {
 		pools, err := s.c.ownPools(ctx, cluster)
 		if err != nil {

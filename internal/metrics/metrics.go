@@ -2,7 +2,8 @@
 // latency histogram and in-flight gauge per CSI method, a latency
 // histogram of Ceph operations fed through rbd.Observer, and the
 // controller's background work (running tasks, sweeps, what was reclaimed,
-// the KEK rotation).
+// the KEK rotation), and the fences of nodes detached while they still
+// had a volume open.
 //
 // Nothing here is global: New registers its collectors on the registry it
 // is given, and Handler serves whatever that registry gathers.
@@ -49,6 +50,10 @@ type Metrics struct {
 	rewraps         *prometheus.CounterVec
 	rotationPasses  *prometheus.CounterVec
 	rotationPending *prometheus.GaugeVec
+	// Fences: made by the controller (controller.Upkeep), lifted by the
+	// node (node.LiftObserver).
+	fences *prometheus.CounterVec
+	lifts  *prometheus.CounterVec
 }
 
 // latencyBuckets span a quick Identity call (~ms) to a slow flatten or
@@ -111,7 +116,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		reclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace,
 			Name:      "reclaimed_total",
-			Help:      "Leftovers the controller gave back to the pool, by what they were (hidden-image, half-removed-image, unfinished-image, temporary-snapshot, snapshot-claim).",
+			Help:      "Leftovers the controller gave back to the pool, by what they were (hidden-image, half-removed-image, unfinished-image, temporary-snapshot, snapshot-claim, expired-fence: a fence record of a node that never lifted it).",
 		}, []string{"what"}),
 		rewraps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace,
@@ -128,9 +133,19 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name:      "kek_rotation_pending_volumes",
 			Help:      "After the last KEK rotation pass, by KMS ID: encrypted volumes whose data key is still wrapped by another KEK than the current one, or could not be checked. 0: the KMS's old KEKs may be removed.",
 		}, []string{"kms"}),
+		fences: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "fences_total",
+			Help:      "Controller: nodes fenced (their clients blocklisted) because they still had a single-node volume open when it was detached from them, by result (success, or error: the volume stayed attached and the detach is retried).",
+		}, []string{"result"}),
+		lifts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "fence_lifts_total",
+			Help:      "Node: fences of this node lifted once it unstaged the volume, by result (success, or error: the entries stay until they expire).",
+		}, []string{"result"}),
 	}
 	for _, c := range []prometheus.Collector{m.calls, m.latency, m.inFlight, m.cephOps, m.background, m.sweeps, m.reclaimed, m.trims, m.trimmed,
-		m.rewraps, m.rotationPasses, m.rotationPending} {
+		m.rewraps, m.rotationPasses, m.rotationPending, m.fences, m.lifts} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -192,6 +207,13 @@ func (m *Metrics) RotationPassed(pending map[string]int, err error) {
 		m.rotationPending.WithLabelValues(kmsID).Set(float64(n))
 	}
 }
+
+// Fenced counts one fence the controller made, or failed to.
+func (m *Metrics) Fenced(err error) { m.fences.WithLabelValues(result(err)).Inc() }
+
+// FenceLifted counts one fence the node lifted, or failed to
+// (node.LiftObserver).
+func (m *Metrics) FenceLifted(err error) { m.lifts.WithLabelValues(result(err)).Inc() }
 
 // Trimmed counts one volume's trim on the node (node.TrimObserver).
 func (m *Metrics) Trimmed(result string, bytes uint64) {

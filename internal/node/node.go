@@ -72,6 +72,11 @@ type Options struct {
 	// the node its attachment record in Ceph names (the controller keeps
 	// them when it runs with the node registry).
 	Fence Fence
+	// Unfence, when set (with the node registry), lifts this node's
+	// fences once NodeUnstage has unmapped the volume (unfence.go);
+	// Lifts is told each outcome (nil: nobody).
+	Unfence Unfence
+	Lifts   LiftObserver
 	// Crypt, Images and KMS serve encrypted volumes (crypt.go); without
 	// them such volumes are refused.
 	Crypt  Crypt
@@ -97,6 +102,8 @@ type Node struct {
 	store          *store
 	locks          *lock.Keyed
 	fence          Fence
+	unfence        Unfence
+	lifts          LiftObserver
 	fault          func(string)
 	cgroupRoot     string
 	crypt          Crypt
@@ -138,6 +145,7 @@ func New(o Options) (*Node, error) {
 	return &Node{
 		id: o.NodeID, mappers: o.Mappers, defaultMounter: o.DefaultMounter, mounter: mounter,
 		run: run, maxVolumes: o.MaxVolumesPerNode, topology: o.Topology, clusters: o.Clusters, store: st, locks: lock.New(), fence: o.Fence, fault: o.Fault,
+		unfence: o.Unfence, lifts: o.Lifts,
 		cgroupRoot: o.CgroupRoot, crypt: o.Crypt, images: o.Images, kms: o.KMS,
 	}, nil
 }

@@ -28,6 +28,7 @@ type fakeMapper struct {
 	mu          sync.Mutex
 	unsupported error
 	mapErr      error
+	unmapErr    error
 	mapped      map[string]string // image -> device
 	maps        []mapper.MapRequest
 	unmaps      []mapper.UnmapRequest
@@ -51,6 +52,9 @@ func (f *fakeMapper) Unmap(_ context.Context, req mapper.UnmapRequest) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.unmaps = append(f.unmaps, req)
+	if f.unmapErr != nil {
+		return f.unmapErr
+	}
 	delete(f.mapped, req.Image.String())
 	return nil
 }

@@ -14,7 +14,8 @@ import (
 )
 
 // NodeUnstageVolume unmounts the staging path, unmaps the image and drops
-// the record. Nothing staged (never, or no more) is a success.
+// the record, then lifts this node's fence of the volume if the
+// controller put one. Nothing staged (never, or no more) is a success.
 func (n *Node) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
 	vol, rec, release, err := n.begin(id, "staging target path", staging)
@@ -25,7 +26,11 @@ func (n *Node) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolume
 	if rec == nil {
 		// No record: never staged here, or the state was lost. Clean up
 		// only what provably belongs to this image.
-		return &csi.NodeUnstageVolumeResponse{}, statusFor(n.unstageUnrecorded(ctx, vol, staging))
+		if err := n.unstageUnrecorded(ctx, vol, staging); err != nil {
+			return nil, statusFor(err)
+		}
+		n.liftFence(ctx, vol)
+		return &csi.NodeUnstageVolumeResponse{}, nil
 	}
 	if rec.StagingPath != staging {
 		return &csi.NodeUnstageVolumeResponse{}, nil // not staged at this path
@@ -51,6 +56,7 @@ func (n *Node) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolume
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	klog.V(2).InfoS("unstaged volume", "volumeID", id, "stagingPath", staging)
+	n.liftFence(ctx, vol)
 	return &csi.NodeUnstageVolumeResponse{}, nil
 }
 

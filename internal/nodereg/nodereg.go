@@ -5,7 +5,8 @@
 // no Kubernetes API access, and needs only a Ceph user that may write that
 // one object. A heartbeat also carries the node's volume limit, and the
 // same object indexes which volumes the controller attached to each node,
-// so the limit can be enforced without reading every image.
+// so the limit can be enforced without reading every image, and which
+// clients of a node it fenced, so the node can lift them.
 package nodereg
 
 import (
@@ -30,9 +31,19 @@ import (
 // either.
 const Object = "rbdcsi.nodes"
 
-// attachPrefix starts the index keys "attach/<node>/<volumeID>". Node IDs
-// hold no "/", so these never clash with a heartbeat key.
-const attachPrefix = "attach/"
+// Keys of the object, besides one heartbeat per node ID ("<unix time>" or
+// "<unix time> <volume limit>"). Node IDs hold no "/", so the prefixed
+// keys never clash with a heartbeat.
+const (
+	// attachPrefix starts the index keys "attach/<node>/<volumeID>"
+	// (value empty): what the controller attached to each node.
+	attachPrefix = "attach/"
+	// fencePrefix starts the keys "fenced/<node>/<volumeID>" = "<expiry
+	// unix time> <addr> [<addr>...]": the clients the controller
+	// blocklisted when it detached the volume from a node that still had
+	// it open, until that node lifts them (fences.go).
+	fencePrefix = "fenced/"
+)
 
 // Store is the omap access the registry needs; internal/rbd/ceph implements it.
 type Store interface {

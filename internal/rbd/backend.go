@@ -2,12 +2,14 @@ package rbd
 
 import (
 	"context"
+	"time"
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
 )
 
 // Backend is what the driver asks of Ceph: images, snapshots, format 2
-// clones, image metadata and small RADOS objects (claims, omap). Every
+// clones, image metadata, small RADOS objects (claims, omap) and the
+// clients that have an image open (watchers, the blocklist). Every
 // call is bounded by ctx. The errors are this package's sentinels,
 // wrapped; the contract suite (internal/rbd/rbdtest) states each
 // behaviour and runs against both implementations.
@@ -80,4 +82,25 @@ type Backend interface {
 	// ListOmap reads the keys that start with prefix; a missing object
 	// has none.
 	ListOmap(ctx context.Context, p Pool, object, prefix string) (map[string]string, error)
+
+	// Clients lists the clients that have the image open read-write, one
+	// per address, by watch or exclusive lock (ErrNotFound for a missing
+	// image), marking this backend's own connections. It opens the image
+	// read-only, which adds no watch and takes no lock.
+	Clients(ctx context.Context, p Pool, name string) ([]Client, error)
+	// Blocklist bars the client at addr (a Client's Addr) from the
+	// cluster's OSDs for expire, after which Ceph drops the entry itself.
+	// Ceph drops the client's watches with it (not its lock), and this
+	// backend's calls made after Blocklist returns already see it in
+	// force. A malformed address or an expire below one second is
+	// ErrInvalid.
+	Blocklist(ctx context.Context, monHost string, cred config.Credentials, addr string, expire time.Duration) error
+	// BreakLock removes the image's exclusive lock if the client at addr
+	// holds it (a lock held by another client, or none, is fine), without
+	// blocklisting anyone: the caller blocklists the client first, or it
+	// would take the lock again at its next write.
+	BreakLock(ctx context.Context, p Pool, name, addr string) error
+	// Unblocklist lifts the entry of addr; an address that is not
+	// blocklisted is fine.
+	Unblocklist(ctx context.Context, monHost string, cred config.Credentials, addr string) error
 }

@@ -7,6 +7,8 @@
 package rbd
 
 import (
+	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -99,6 +101,40 @@ type Family struct {
 	Parent       *Parent
 	Watchers     int
 	Created      time.Time
+}
+
+// Client is a client that has an image open read-write: Ceph lists a
+// watch of it on the image header (every mapping, krbd, rbd-nbd or
+// rbd-fuse, has one while it can reach the cluster), or it holds the
+// image's exclusive lock (from its first write until it closes the
+// image). A client cut off from the cluster loses its watch when the OSD
+// times it out (30 s by default) but keeps the lock, so the lock is
+// what names a mapping whose node is gone from the network.
+type Client struct {
+	// Addr is the client's address as the blocklist takes it,
+	// ip:port/nonce: the nonce tells one client instance from another
+	// on the same host.
+	Addr string
+	// Own: one of this backend's own connections (the controller opening
+	// the image itself, to write metadata or flatten it).
+	Own bool
+	// Watch: Ceph lists a watch of the client; Lock: it holds the
+	// exclusive lock.
+	Watch, Lock bool
+}
+
+// clientAddr is one client instance's address, ip:port/nonce ("[::1]:0/7"
+// for IPv6), as watchers are listed under and the blocklist takes them.
+var clientAddr = regexp.MustCompile(`^([0-9.]+|\[[0-9A-Fa-f:.]+\]):[0-9]+/[0-9]+$`)
+
+// ValidClientAddr accepts one client instance's address, and nothing
+// wider: the monitor would also take a bare IP, and blocklist every
+// client of that host.
+func ValidClientAddr(addr string) error {
+	if !clientAddr.MatchString(addr) {
+		return fmt.Errorf("%w: %q is not a client address (ip:port/nonce)", ErrInvalid, addr)
+	}
+	return nil
 }
 
 // CloneSpec is a copy-on-write child of a parent image's snapshot.

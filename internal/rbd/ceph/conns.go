@@ -253,3 +253,31 @@ func (c *Conns) Len() int {
 	defer c.mu.Unlock()
 	return len(c.entries)
 }
+
+// ownAddrs returns the client addresses of the connections cached now,
+// normalized (sameClient), so that a caller can tell this process's own
+// watches from other clients'. A connection still connecting has no
+// watch yet and is not asked.
+func (c *Conns) ownAddrs() (map[string]bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	own := map[string]bool{}
+	for _, e := range c.entries {
+		select {
+		case <-e.ready:
+		default:
+			continue
+		}
+		if e.conn == nil {
+			continue
+		}
+		addrs, err := e.conn.GetAddrs()
+		if err != nil {
+			return nil, fmt.Errorf("reading the address of a Ceph connection: %w", classify(err))
+		}
+		for _, a := range clientAddrs(addrs) {
+			own[a] = true
+		}
+	}
+	return own, nil
+}

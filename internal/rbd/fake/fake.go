@@ -14,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -40,6 +41,8 @@ type Options struct {
 type Ceph struct {
 	*cluster
 	fault func(string)
+	// addr is this client's address, as Watchers and the blocklist name it.
+	addr string
 }
 
 // cluster is the state every client of one fake cluster shares.
@@ -50,6 +53,12 @@ type cluster struct {
 	mu     sync.Mutex
 	pools  map[string]*pool
 	nextID uint64
+	// nonces numbers the clients (client addresses).
+	nonces uint64
+	// blocklist holds the barred client addresses and when each entry
+	// expires; blocklistErr, when set, is what Blocklist fails with.
+	blocklist    map[string]time.Time
+	blocklistErr error
 }
 
 type pool struct {
@@ -74,7 +83,10 @@ type image struct {
 	created  time.Time
 	snaps    []*snapshot // by ID, ascending
 	parent   *link
-	watchers int
+	// watchers are the addresses of the clients that have it open;
+	// locker is the one holding its exclusive lock ("": none).
+	watchers []string
+	locker   string
 	// sparsified counts Sparsify calls (the fake keeps no data).
 	sparsified int
 }
@@ -114,7 +126,8 @@ func New(o Options) *Ceph {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	c := &Ceph{cluster: &cluster{now: o.Now, avail: o.Available, pools: map[string]*pool{}}, fault: o.Fault}
+	cl := &cluster{now: o.Now, avail: o.Available, pools: map[string]*pool{}, blocklist: map[string]time.Time{}}
+	c := &Ceph{cluster: cl, fault: o.Fault, addr: cl.newAddr()}
 	for _, p := range o.Pools {
 		c.AddPool(p)
 	}
@@ -127,7 +140,16 @@ func (c *Ceph) Client(fault func(point string)) *Ceph {
 	if fault == nil {
 		fault = func(string) {}
 	}
-	return &Ceph{cluster: c.cluster, fault: fault}
+	return &Ceph{cluster: c.cluster, fault: fault, addr: c.newAddr()}
+}
+
+// newAddr makes the address of a new client instance: the same host,
+// another nonce, as real clients get.
+func (c *cluster) newAddr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nonces++
+	return "127.0.0.1:0/" + strconv.FormatUint(c.nonces, 10)
 }
 
 // Ceph is a Backend.

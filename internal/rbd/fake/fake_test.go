@@ -1,6 +1,8 @@
 package fake_test
 
 import (
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
@@ -22,6 +24,13 @@ func TestContract(t *testing.T) {
 				}
 				return unwatch
 			},
+			Map: func(t *testing.T, p rbd.Pool, image string) func() {
+				m, err := c.Map(p, image)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return m.Unmap
+			},
 			RemoveHeader: func(t *testing.T, p rbd.Pool, image string) {
 				if err := c.RemoveHeader(p, image); err != nil {
 					t.Fatal(err)
@@ -32,6 +41,7 @@ func TestContract(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
+			Blocklisted: func(*testing.T) []string { return slices.Collect(maps.Keys(c.Blocklisted())) },
 		}
 	})
 }

@@ -2,8 +2,11 @@ package fake
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
@@ -12,23 +15,95 @@ import (
 // races leave in a real cluster, so tests can show the code above copes.
 
 // Watch opens the image as another client would (a node that mapped it):
-// it counts among the image's watchers until unwatch is called.
+// it is among the image's watchers, with an address of its own, until
+// unwatch is called or the client is blocklisted (Watchers tells the
+// address).
 func (c *Ceph) Watch(p rbd.Pool, name string) (unwatch func(), err error) {
+	return c.watchAs(p, name, c.newAddr())
+}
+
+// WatchOwn opens the image as this client itself does when it writes
+// metadata or flattens: Watchers marks the watch Own.
+func (c *Ceph) WatchOwn(p rbd.Pool, name string) (unwatch func(), err error) {
+	return c.watchAs(p, name, c.addr)
+}
+
+func (c *Ceph) watchAs(p rbd.Pool, name, addr string) (func(), error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, img, err := c.named(p, name)
 	if err != nil {
 		return nil, err
 	}
-	img.watchers++
+	img.watchers = append(img.watchers, addr)
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			img.watchers--
+			if i := slices.Index(img.watchers, addr); i >= 0 {
+				img.watchers = slices.Delete(img.watchers, i, i+1)
+			}
 		})
 	}, nil
+}
+
+// Mapping is a client that opened an image and wrote to it, as a node's
+// mapping does: it watches the image and holds its exclusive lock.
+type Mapping struct {
+	c    *Ceph
+	img  *image
+	Addr string
+}
+
+// Map makes a Mapping of the image, with an address of its own.
+func (c *Ceph) Map(p rbd.Pool, name string) (*Mapping, error) {
+	addr := c.newAddr()
+	if _, err := c.watchAs(p, name, addr); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, img, err := c.named(p, name)
+	if err != nil {
+		return nil, err
+	}
+	img.locker = addr
+	return &Mapping{c: c, img: img, Addr: addr}, nil
+}
+
+// CutOff makes the mapping's node unreachable for longer than the OSDs
+// wait for a watch: Ceph drops its watch, and it keeps the lock.
+func (m *Mapping) CutOff() {
+	m.c.mu.Lock()
+	defer m.c.mu.Unlock()
+	m.img.watchers = slices.DeleteFunc(m.img.watchers, func(a string) bool { return a == m.Addr })
+}
+
+// Unmap closes the image: the watch and the lock go.
+func (m *Mapping) Unmap() {
+	m.CutOff()
+	m.c.mu.Lock()
+	defer m.c.mu.Unlock()
+	if m.img.locker == m.Addr {
+		m.img.locker = ""
+	}
+}
+
+// Blocklisted returns the blocklist: each barred address and when its
+// entry expires.
+func (c *Ceph) Blocklisted() map[string]time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.blocklist)
+}
+
+// FailBlocklist makes every Blocklist call fail with err until it is
+// called with nil, as a monitor that refuses or does not answer does.
+func (c *Ceph) FailBlocklist(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.blocklistErr = err
 }
 
 // RemoveHeader leaves an image as an interrupted removal does: listed in

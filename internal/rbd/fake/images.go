@@ -178,7 +178,7 @@ func (c *Ceph) RemoveImage(ctx context.Context, p rbd.Pool, name string) error {
 			return fmt.Errorf("removing image %s/%s: %w", p.Name, name, rbd.ErrHasSnapshots)
 		}
 	}
-	if img.watchers > 0 {
+	if len(img.watchers) > 0 {
 		return fmt.Errorf("removing image %s/%s: %w", p.Name, name, rbd.ErrBusy)
 	}
 	c.detach(p, img)

@@ -32,7 +32,7 @@ func (c *Ceph) StatFamily(ctx context.Context, p rbd.Pool, name, id string) (rbd
 	if err != nil {
 		return rbd.Family{}, err
 	}
-	f := rbd.Family{ImageInfo: img.info(), Watchers: img.watchers, Created: img.created}
+	f := rbd.Family{ImageInfo: img.info(), Watchers: len(img.watchers), Created: img.created}
 	for _, sn := range img.snaps {
 		switch {
 		case !sn.trash:

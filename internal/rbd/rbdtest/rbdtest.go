@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
@@ -25,12 +26,22 @@ type Target struct {
 	// Watch opens the image as another client does (a node that mapped
 	// it) until unwatch is called.
 	Watch func(t *testing.T, p rbd.Pool, image string) (unwatch func())
+	// Map opens the image as another client and writes to it, as a
+	// node's mapping does, so that it also takes the exclusive lock of an
+	// image with that feature, until unmap is called.
+	Map func(t *testing.T, p rbd.Pool, image string) (unmap func())
 	// RemoveHeader leaves an image as an interrupted removal does:
 	// listed in the pool, without its header.
 	RemoveHeader func(t *testing.T, p rbd.Pool, image string)
 	// DetachBehind unlinks the clone child from parent's trashed snapshot
 	// as a detach that lost a race does: the snapshot stays, cloneless.
 	DetachBehind func(t *testing.T, p rbd.Pool, parent, child string)
+	// Blocklisted reads the cluster's blocklist (ceph osd blocklist ls):
+	// the addresses on it.
+	Blocklisted func(t *testing.T) []string
+	// Unblocklister may lift blocklist entries, which Pool.Cred (the CSI
+	// user, mon 'profile rbd') may only add.
+	Unblocklister config.Credentials
 }
 
 // Run runs the suite; newTarget is called once per case.
@@ -54,6 +65,8 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"CloneLessTrashedSnapshot", testCloneLessTrashedSnapshot},
 		{"Claims", testClaims},
 		{"Omap", testOmap},
+		{"Blocklist", testBlocklist},
+		{"LockHolderOutlivesItsWatch", testLockHolderOutlivesItsWatch},
 		{"Pools", testPools},
 	}
 	for _, tc := range cases {

@@ -1,0 +1,288 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/rbdcsi/rbdcsi/e2e/harness"
+)
+
+// A force detach (Kubernetes gave up on node-a, which still has the volume
+// staged and reaches the cluster) fences node-a: its client is blocklisted
+// for --fence-expiry and the fence recorded, node-a can no longer write,
+// and node-b stages the volume and reads what node-a wrote before the
+// fence, on a filesystem that checks clean. When node-a unstages, nothing
+// is left of the mapping and the fence is lifted. A normal detach
+// (unstage first) blocklists nothing.
+func TestForceDetachFencesTheOldNode(t *testing.T) {
+	s := newMove(t)
+	s.fenced = s.e.c.Watchers(t, s.image)
+	if len(s.fenced) != 1 {
+		t.Fatalf("watchers of the staged image: %v, want node-a's rbd-fuse", s.fenced)
+	}
+	s.forceDetach(t)
+	s.oldNodeCannotWrite(t)
+	s.moveToNodeB(t)
+	s.oldNodeUnstages(t)
+	s.normalDetach(t)
+}
+
+// A node cut off from the cluster for longer than the OSDs keep its watch
+// (node-a's rbd-fuse stopped) is no watcher any more, but it still holds
+// the exclusive lock: the force detach fences it by that lock and breaks
+// the lock, node-b takes the volume over, and when node-a is back its
+// writes fail, and its unstage leaves nothing and lifts the fence.
+func TestForceDetachFencesACutOffNode(t *testing.T) {
+	s := newMove(t)
+	procs, err := harness.RBDFuseProcs(s.stateA)
+	harness.Must(t, err, "rbd-fuse processes of node-a")
+	if len(procs) != 1 {
+		t.Fatalf("node-a runs rbd-fuse processes %v, want one", procs)
+	}
+	harness.Must(t, syscall.Kill(procs[0], syscall.SIGSTOP), "stopping node-a's rbd-fuse")
+	resume := func() { _ = syscall.Kill(procs[0], syscall.SIGCONT) }
+	t.Cleanup(resume) // before the unstages of the scenario's cleanup
+	deadline := time.Now().Add(90 * time.Second)
+	for len(s.e.c.Watchers(t, s.image)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("Ceph still lists the stopped rbd-fuse as a watcher after 90 s")
+		}
+		time.Sleep(time.Second)
+	}
+	s.fenced = s.e.c.Lockers(t, s.image)
+	if len(s.fenced) != 1 {
+		t.Fatalf("lock holders of the image of a cut-off node: %v, want its rbd-fuse", s.fenced)
+	}
+	s.forceDetach(t)
+	if l := s.e.c.Lockers(t, s.image); len(l) != 0 {
+		t.Fatalf("the fenced client's lock is still held: %v", l)
+	}
+	s.moveToNodeB(t)
+	resume()
+	s.oldNodeCannotWrite(t)
+	s.oldNodeUnstages(t)
+	s.normalDetach(t)
+}
+
+// move is a volume staged on node-a with a file synced to it, on its way
+// to node-b; the controller and node-a serve metrics and log at V(1).
+type move struct {
+	e                        attachEnv
+	vol                      *csi.Volume
+	image, stateA            string
+	ctrlMetrics, nodeMetrics string
+	staging                  map[string]string
+	before                   []byte
+	fenced                   []string // node-a's client, as Ceph lists it
+}
+
+func newMove(t *testing.T) *move {
+	s := &move{ctrlMetrics: freeAddr(t), nodeMetrics: freeAddr(t), stateA: t.TempDir(), staging: map[string]string{}}
+	s.e = setupAttach(t, "--fence-expiry", "10m", "--metrics-address", s.ctrlMetrics, "--v", "1")
+	// node-a again, with a state directory the test looks under for
+	// leftovers, and metrics.
+	s.e.nodes["node-a"].Stop()
+	s.e.startNode(t, "node-a", "--state-dir", s.stateA, "--metrics-address", s.nodeMetrics, "--v", "1")
+	resp, err := s.e.create(t, "force-detach", 64*mib)
+	harness.Must(t, err, "create")
+	s.vol = resp.Volume
+	s.image = s.vol.VolumeId[strings.LastIndex(s.vol.VolumeId, ":")+1:]
+	for _, n := range []string{"node-a", "node-b"} {
+		dir, err := os.MkdirTemp("", "rbdcsi-force-detach-")
+		harness.Must(t, err, "staging dir")
+		s.staging[n] = dir
+	}
+	// Whatever fails, nothing stays mapped, attached or blocklisted, and
+	// the volume goes.
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, n := range []string{"node-a", "node-b"} {
+			_, _ = s.e.nodes[n].Node().NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: s.vol.VolumeId, StagingTargetPath: s.staging[n]})
+			_, _ = s.e.cc.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: s.vol.VolumeId, NodeId: n, Secrets: s.e.c.Secrets()})
+			_ = os.Remove(s.staging[n]) // empty once unstaged; never RemoveAll a possible mount
+		}
+		if _, err := s.e.cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: s.vol.VolumeId, Secrets: s.e.c.Secrets()}); err != nil {
+			t.Errorf("delete: %v", err)
+		}
+		list := s.e.c.Blocklist(t)
+		for _, a := range s.fenced {
+			if _, ok := list[a]; ok {
+				s.e.c.Unblocklist(t, a)
+			}
+		}
+	})
+
+	rwo := capOf(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, false)
+	harness.Must(t, s.e.publish(t, s.vol.VolumeId, "node-a", rwo, false), "publish to node-a")
+	harness.Must(t, s.e.stage(t, "node-a", s.vol, s.staging["node-a"]), "stage on node-a")
+	s.before = bytes.Repeat([]byte("written by node-a before the fence\n"), 4096)
+	writeSynced(t, filepath.Join(s.staging["node-a"], "before"), s.before)
+	return s
+}
+
+// forceDetach detaches the volume from node-a, which has not unstaged, and
+// checks the fence: node-a's client blocklisted for --fence-expiry, the
+// fence recorded, the client gone from the image.
+func (s *move) forceDetach(t *testing.T) {
+	t.Helper()
+	start := time.Now()
+	s.e.unpublish(t, s.vol.VolumeId, "node-a")
+	until, ok := s.e.c.Blocklist(t)[s.fenced[0]]
+	if !ok {
+		t.Fatalf("node-a's client %s is not blocklisted: %v", s.fenced[0], s.e.c.Blocklist(t))
+	}
+	if until.Before(start.Add(9*time.Minute)) || until.After(time.Now().Add(11*time.Minute)) {
+		t.Errorf("blocklisted until %v, want about --fence-expiry (10m) from %v", until, start)
+	}
+	if got := fenceRecords(t, s.e.c); !slices.Equal(got, []string{"fenced/node-a/" + s.vol.VolumeId}) {
+		t.Fatalf("fence records %v, want node-a's of the volume", got)
+	}
+	if w := s.e.c.Watchers(t, s.image); len(w) != 0 {
+		t.Fatalf("the fenced client still watches the image: %v", w)
+	}
+	expectMetrics(t, s.ctrlMetrics, `rbdcsi_fences_total{result="success"} 1`)
+}
+
+// oldNodeCannotWrite: a write and fsync through node-a's staging mount
+// fails, promptly.
+func (s *move) oldNodeCannotWrite(t *testing.T) {
+	t.Helper()
+	switch err := writeWithTimeout(filepath.Join(s.staging["node-a"], "after"), time.Minute); {
+	case err == nil:
+		t.Fatal("node-a wrote and synced to the volume after the fence")
+	case errors.Is(err, context.DeadlineExceeded):
+		t.Fatal("a write on node-a after the fence hung instead of failing")
+	default:
+		t.Logf("node-a's write after the fence: %v", err)
+	}
+}
+
+// moveToNodeB: node-b stages the volume and reads what node-a synced
+// before the fence.
+func (s *move) moveToNodeB(t *testing.T) {
+	t.Helper()
+	rwo := capOf(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, false)
+	harness.Must(t, s.e.publish(t, s.vol.VolumeId, "node-b", rwo, false), "publish to node-b")
+	harness.Must(t, s.e.stage(t, "node-b", s.vol, s.staging["node-b"]), "stage on node-b")
+	got, err := os.ReadFile(filepath.Join(s.staging["node-b"], "before"))
+	if err != nil || !bytes.Equal(got, s.before) {
+		t.Fatalf("node-b reads %d bytes of the file node-a synced (%v), want %d", len(got), err, len(s.before))
+	}
+}
+
+// oldNodeUnstages: node-a's unstage of the blocklisted mapping succeeds,
+// leaves nothing, and lifts the fence; both ends logged what they did,
+// never with a key.
+func (s *move) oldNodeUnstages(t *testing.T) {
+	t.Helper()
+	s.e.unstage(t, "node-a", s.vol, s.staging["node-a"])
+	left, err := harness.FindLeftovers(s.stateA)
+	harness.Must(t, err, "leftovers of node-a")
+	if mounts, _ := harness.MountsUnder(s.staging["node-a"]); !left.Empty() || len(mounts) > 0 {
+		t.Fatalf("node-a's unstage left %v, mounts %v", left.Describe(), mounts)
+	}
+	if _, ok := s.e.c.Blocklist(t)[s.fenced[0]]; ok {
+		t.Fatalf("node-a's client %s is still blocklisted after its unstage", s.fenced[0])
+	}
+	if got := fenceRecords(t, s.e.c); len(got) != 0 {
+		t.Fatalf("fence records %v after node-a's unstage", got)
+	}
+	expectMetrics(t, s.nodeMetrics, `rbdcsi_fence_lifts_total{result="success"} 1`)
+	for who, log := range map[string]string{"controller": s.e.p.Logs(), "node-a": s.e.nodes["node-a"].Logs()} {
+		want := map[string]string{"controller": "fenced a node", "node-a": "lifted the fence"}[who]
+		if !strings.Contains(log, want) || !strings.Contains(log, s.fenced[0]) || !strings.Contains(log, s.vol.VolumeId) {
+			t.Errorf("the %s's log does not say %q with the volume and client %s:\n%s", who, want, s.fenced[0], log)
+		}
+		if strings.Contains(log, s.e.c.CSIKey) {
+			t.Errorf("the %s's log holds the CSI user's key", who)
+		}
+	}
+}
+
+// normalDetach: node-b unstages first, so its detach blocklists nothing,
+// and the volume's ext4 checks clean.
+func (s *move) normalDetach(t *testing.T) {
+	t.Helper()
+	listed := s.e.c.Blocklist(t)
+	s.e.unstage(t, "node-b", s.vol, s.staging["node-b"])
+	s.e.unpublish(t, s.vol.VolumeId, "node-b")
+	for a := range s.e.c.Blocklist(t) {
+		if _, ok := listed[a]; !ok {
+			t.Errorf("the normal detach blocklisted %s", a)
+		}
+	}
+	if got := fenceRecords(t, s.e.c); len(got) != 0 {
+		t.Fatalf("fence records %v after a normal detach", got)
+	}
+	expectMetrics(t, s.ctrlMetrics, `rbdcsi_fences_total{result="success"} 1`)
+	fsckClean(t, s.e.c, s.image)
+}
+
+// writeSynced writes a file and fsyncs it.
+func writeSynced(t *testing.T, path string, data []byte) {
+	t.Helper()
+	f, err := os.Create(path)
+	harness.Must(t, err, "create %s", path)
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	harness.Must(t, err, "write and sync %s", path)
+}
+
+// writeWithTimeout writes and fsyncs 1 MiB in a process of its own, so a
+// write that hangs cannot hang the test: context.DeadlineExceeded then.
+func writeWithTimeout(path string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "dd", "if=/dev/zero", "of="+path, "bs=64k", "count=16", "conv=fsync").CombinedOutput()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
+		return errors.New(strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// fenceRecords lists the fence records in the suite's node registry.
+func fenceRecords(t *testing.T, c harness.Cluster) []string {
+	t.Helper()
+	out, err := c.Rados(append([]string{"-p", c.Pool, "listomapkeys", c.Object("rbdcsi.nodes")}, c.NamespaceArgs()...)...)
+	harness.Must(t, err, "rados listomapkeys: %s", out)
+	var keys []string
+	for _, k := range strings.Fields(out) {
+		if strings.HasPrefix(k, "fenced/") {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// fsckClean exports the image and checks its ext4 read-only: nothing
+// node-a did after the fence, and nothing the move did, damaged it.
+func fsckClean(t *testing.T, c harness.Cluster, image string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "image")
+	out, err := c.RBD(append([]string{"export", c.Pool + "/" + image, file}, c.NamespaceArgs()...)...)
+	harness.Must(t, err, "rbd export: %s", out)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "e2fsck", "-fn", file).CombinedOutput(); err != nil {
+		t.Fatalf("e2fsck -fn of the volume: %v\n%s", err, out)
+	}
+}
