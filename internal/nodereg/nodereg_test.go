@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -103,8 +104,38 @@ func TestLookupHonoursTTL(t *testing.T) {
 	}
 }
 
+// lockedStore is a memStore that beats from another goroutine may share.
+type lockedStore struct {
+	mu sync.Mutex
+	m  memStore
+}
+
+func (l *lockedStore) SetOmap(ctx context.Context, p rbd.Pool, obj string, kv map[string]string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.m.SetOmap(ctx, p, obj, kv)
+}
+
+func (l *lockedStore) GetOmap(ctx context.Context, p rbd.Pool, obj, key string) (string, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.m.GetOmap(ctx, p, obj, key)
+}
+
+func (l *lockedStore) RemoveOmapKeys(ctx context.Context, p rbd.Pool, obj string, keys ...string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.m.RemoveOmapKeys(ctx, p, obj, keys...)
+}
+
+func (l *lockedStore) ListOmap(ctx context.Context, p rbd.Pool, obj, prefix string) (map[string]string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.m.ListOmap(ctx, p, obj, prefix)
+}
+
 func TestRunDeregistersOnStop(t *testing.T) {
-	store := memStore{}
+	store := &lockedStore{m: memStore{}}
 	r := New(store, rbd.Pool{}, "", time.Minute)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -121,7 +152,7 @@ func TestRunDeregistersOnStop(t *testing.T) {
 	}
 	cancel()
 	<-done
-	if _, ok := store[Object+"/node-a"]; ok {
+	if _, ok := store.m[Object+"/node-a"]; ok {
 		t.Fatal("the node stays registered after a clean stop")
 	}
 }
