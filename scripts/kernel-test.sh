@@ -81,10 +81,12 @@ trap 'exit 143' TERM
 mkdir -p "$work/bin"
 if [[ $userland == host ]]; then
 	cp "$ROOT/bin/rbdplugin" "$work/bin/"
-	(cd "$ROOT" && go test -c -o "$work/bin/node.test" ./e2e/node) || die "building the node suite failed"
+	for p in node controller; do
+		(cd "$ROOT" && go test -c -o "$work/bin/$p.test" "./e2e/$p") || die "building the $p suite failed"
+	done
 	vm_userland=/
 else
-	"$ROOT/scripts/suite.sh" build "$userland" "$work/bin" node >"$work/build.log" 2>&1 ||
+	"$ROOT/scripts/suite.sh" build "$userland" "$work/bin" node controller >"$work/build.log" 2>&1 ||
 		{ tail -30 "$work/build.log" >&2; die "building on $userland failed"; }
 	log "built on $userland: $(head -1 "$work/build.log")"
 	# One read-only view of the runtime root and its test layer, shared
@@ -150,9 +152,18 @@ tests() {
 	fi
 }
 
+# The controller suite's force detach, with node-a mapping through the
+# guest's kernel: the fence of a krbd or nbd client (blocklisted, its
+# writes failing, its unmap leaving nothing, the fence lifted).
+readonly FENCE_TESTS='TestForceDetachFencesTheOldNode'
+fence_tests() {
+	echo "-test.run=${KERNEL_TEST_RUN:-^($FENCE_TESTS)\$}"
+}
+
 # job MAPPER: a guest's run.sh, which runs the node suite with MAPPER
-# against the cluster of that name. The guest's Ceph clients get a tmpfs
-# for their admin sockets: a unix socket cannot live on 9p.
+# against the cluster of that name, then the force detach. The guest's Ceph
+# clients get a tmpfs for their admin sockets: a unix socket cannot live
+# on 9p.
 job() {
 	local dir=$work/$1 cluster=$work/cluster-$1
 	mkdir -p "$dir"
@@ -164,6 +175,10 @@ mount -t tmpfs tmpfs '$cluster/run'
 export RBDPLUGIN='$work/bin/rbdplugin' RBDCSI_E2E_MOUNTER='$1' RBDCSI_E2E_LINK=eth0 RBDCSI_E2E_SLOWDOWN=4 RBDCSI_E2E_TIMING='${RBDCSI_E2E_TIMING:-}'
 cd '$dir'
 '$work/bin/node.test' -test.v -test.count=1 -test.timeout=40m $(tests "$1" | sed "s/.*/'&'/" | tr '\n' ' ')>'$dir/out' 2>&1
+node=\$?
+'$work/bin/controller.test' -test.v -test.count=1 -test.timeout=10m '$(fence_tests)' >>'$dir/out' 2>&1
+fence=\$?
+[ \$node = 0 ] && [ \$fence = 0 ]
 EOF
 }
 

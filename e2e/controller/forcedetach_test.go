@@ -2,6 +2,7 @@ package controller
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"os"
@@ -29,7 +30,7 @@ func TestForceDetachFencesTheOldNode(t *testing.T) {
 	s := newMove(t)
 	s.fenced = s.e.c.Watchers(t, s.image)
 	if len(s.fenced) != 1 {
-		t.Fatalf("watchers of the staged image: %v, want node-a's rbd-fuse", s.fenced)
+		t.Fatalf("watchers of the staged image: %v, want node-a's client", s.fenced)
 	}
 	s.forceDetach(t)
 	s.oldNodeCannotWrite(t)
@@ -44,6 +45,9 @@ func TestForceDetachFencesTheOldNode(t *testing.T) {
 // the lock, node-b takes the volume over, and when node-a is back its
 // writes fail, and its unstage leaves nothing and lifts the fence.
 func TestForceDetachFencesACutOffNode(t *testing.T) {
+	if m := os.Getenv("RBDCSI_E2E_MOUNTER"); m != "" && m != "fuse" {
+		t.Skipf("cuts node-a off by stopping its rbd-fuse; mapper %s has none to stop", m)
+	}
 	s := newMove(t)
 	procs, err := harness.RBDFuseProcs(s.stateA)
 	harness.Must(t, err, "rbd-fuse processes of node-a")
@@ -92,8 +96,13 @@ func newMove(t *testing.T) *move {
 	s.e = setupAttach(t, "--fence-expiry", "10m", "--metrics-address", s.ctrlMetrics, "--v", "1")
 	// node-a again, with a state directory the test looks under for
 	// leftovers, and metrics.
+	// Its mapper is $RBDCSI_E2E_MOUNTER where set: scripts/kernel-test.sh
+	// runs this test in its guests with krbd and nbd. node-b keeps fuse,
+	// for there node-a's kernel client would serve node-b's krbd
+	// mapping too, as one machine's are shared.
 	s.e.nodes["node-a"].Stop()
-	s.e.startNode(t, "node-a", "--state-dir", s.stateA, "--metrics-address", s.nodeMetrics, "--v", "1")
+	s.e.startNode(t, "node-a", "--state-dir", s.stateA, "--metrics-address", s.nodeMetrics, "--v", "1",
+		"--default-mounter", cmp.Or(os.Getenv("RBDCSI_E2E_MOUNTER"), "fuse"))
 	resp, err := s.e.create(t, "force-detach", 64*mib)
 	harness.Must(t, err, "create")
 	s.vol = resp.Volume
