@@ -263,7 +263,7 @@ func (s statHook) Stat(ctx context.Context, p rbd.Pool, name string) (rbd.ImageI
 func TestKEKRotationPassLeavesCurrentVolumesUnlocked(t *testing.T) {
 	e := newEnv(t)
 	var (
-		armed atomic.Bool
+		armed   atomic.Bool
 		image   string
 		vol     *csi.Volume
 		cloneID string
