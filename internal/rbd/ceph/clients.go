@@ -17,20 +17,10 @@ import (
 // cached connections.
 func (b *Backend) Clients(ctx context.Context, p rbd.Pool, name string) ([]rbd.Client, error) {
 	var out []rbd.Client
-	err := b.withIoctx(ctx, p, "Clients", func(ioctx *rados.IOContext) error {
-		// Read-only: a read-write open would add a watch of our own.
-		img, err := openRO(ioctx, name, "")
-		if err != nil {
-			return err
-		}
-		defer img.Close()
+	err := b.withLockers(ctx, p, name, "Clients", func(_ *rados.IOContext, img *librbd.Image, lockers []librbd.Locker) error {
 		ws, err := img.ListWatchers()
 		if err != nil {
 			return fmt.Errorf("watchers of image %s/%s: %w", p.Name, name, classify(err))
-		}
-		lockers, err := exclusiveLockers(img)
-		if err != nil {
-			return fmt.Errorf("lock holders of image %s/%s: %w", p.Name, name, err)
 		}
 		// Our addresses are read after the lists: a connection made in
 		// between cannot be in them, while one made before is still
@@ -72,6 +62,24 @@ const (
 	rbdLockTag  = "internal"
 )
 
+// withLockers opens the image read-only (a read-write open would add a
+// watch of our own) and calls f with it and the holders of its exclusive
+// lock.
+func (b *Backend) withLockers(ctx context.Context, p rbd.Pool, name, op string, f func(*rados.IOContext, *librbd.Image, []librbd.Locker) error) error {
+	return b.withIoctx(ctx, p, op, func(ioctx *rados.IOContext) error {
+		img, err := openRO(ioctx, name, "")
+		if err != nil {
+			return err
+		}
+		defer img.Close()
+		lockers, err := exclusiveLockers(img)
+		if err != nil {
+			return fmt.Errorf("lock holders of image %s/%s: %w", p.Name, name, err)
+		}
+		return f(ioctx, img, lockers)
+	})
+}
+
 // exclusiveLockers returns the holders of the image's exclusive lock.
 func exclusiveLockers(img *librbd.Image) ([]librbd.Locker, error) {
 	tag, lockers, err := img.ListLockers()
@@ -90,19 +98,10 @@ func exclusiveLockers(img *librbd.Image) ([]librbd.Locker, error) {
 // blocklist the holder again, with its own expiry in place of the
 // caller's.
 func (b *Backend) BreakLock(ctx context.Context, p rbd.Pool, name, addr string) error {
-	return b.withIoctx(ctx, p, "BreakLock", func(ioctx *rados.IOContext) error {
-		img, err := openRO(ioctx, name, "")
-		if err != nil {
-			return err
-		}
-		defer img.Close()
+	return b.withLockers(ctx, p, name, "BreakLock", func(ioctx *rados.IOContext, img *librbd.Image, lockers []librbd.Locker) error {
 		id, err := img.GetId()
 		if err != nil {
 			return fmt.Errorf("id of image %s/%s: %w", p.Name, name, classify(err))
-		}
-		lockers, err := exclusiveLockers(img)
-		if err != nil {
-			return fmt.Errorf("lock holders of image %s/%s: %w", p.Name, name, err)
 		}
 		for _, l := range lockers {
 			if plainAddr(l.Addr) != plainAddr(addr) {
@@ -151,8 +150,8 @@ func plainAddr(s string) string {
 }
 
 // IsClient reports whether a watcher's address names the client whose
-// rados_getaddrs answer is getaddrs: how Watchers tells its own
-// connections' watches apart (e2e/contract pins it on each release).
+// rados_getaddrs answer is getaddrs: how Clients tells its own
+// connections' watches apart in Clients (e2e/contract pins it on each release).
 func IsClient(getaddrs, watcher string) bool {
 	own := map[string]bool{}
 	for _, a := range clientAddrs(getaddrs) {
