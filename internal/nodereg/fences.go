@@ -120,10 +120,11 @@ func NewUnfencer(reg *Registry, bl Unblocklister, nodeID string) *Unfencer {
 // Lift lifts the node's fence of the volume on the cluster at monHost (the
 // volume's): it removes the blocklist entries no other fence of the node
 // still holds, then the record, and returns the addresses it unblocked;
-// fenced is false when there was no record, and nothing to do. krbd serves every mapping of a node with
-// one client (unless mapped with noshare), so another volume fenced on
-// this node may have the same address and still be mapped: its entry
-// stays until that volume's own lift, or its expiry.
+// fenced is false when there was no record, and nothing to do. krbd
+// serves every mapping of a node with one client (unless mapped with
+// noshare), so another volume fenced on this node may have the same
+// address and still be mapped: its entry stays until that volume's own
+// lift, or its expiry.
 func (u *Unfencer) Lift(ctx context.Context, volumeID, monHost string) (lifted []string, fenced bool, err error) {
 	fences, err := u.reg.Fences(ctx, u.nodeID)
 	if err != nil {
