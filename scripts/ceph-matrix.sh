@@ -177,12 +177,12 @@ cell() {
 		fi
 		release_hold
 	fi
+	# On failure the log's end first, then the summary, so the last lines
+	# (what a CI report shows) say which suites and tests failed.
+	((rc == 0)) || tail -40 "$work/$name.log" >&2
 	grep -E '^(PASS|FAIL|--- FAIL|=== suite .* (took|NOT RUN|without)|=== rbd-fuse|panic:)' "$work/$name.log" |
 		sed "s/^/$name: /" >&2 || true
-	if ((rc != 0)); then
-		tail -40 "$work/$name.log" >&2
-		die "$name failed after $((SECONDS - t)) s (log: $work/$name.log; MATRIX_KEEP=1 keeps it)"
-	fi
+	((rc == 0)) || die "$name failed after $((SECONDS - t)) s (log: $work/$name.log; MATRIX_KEEP=1 keeps it)"
 	log "$name passed in $((SECONDS - t)) s"
 }
 

@@ -18,18 +18,27 @@ import (
 // looks only at its images and indexes: trash entries and RADOS objects
 // do not say whose they are, so scripts/instances.sh checks the whole pool
 // once both suites are done.
-func (c Cluster) PoolLeaks() []string {
+func (c Cluster) PoolLeaks() []string { return c.leaksBeyond(nil) }
+
+// leaksBeyond is PoolLeaks less what was there already (before).
+func (c Cluster) leaksBeyond(before []string) []string {
 	var left []string
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		left = append(c.imageLeaks(), c.IndexLeft()...)
-		if c.Instance == "" {
-			left = append(left, c.trashLeaks()...)
-			left = append(left, c.objectLeaks()...)
-		}
+		left = slices.DeleteFunc(c.leaksNow(), func(l string) bool { return slices.Contains(before, l) })
 		if len(left) == 0 || time.Now().After(deadline) {
 			return left
 		}
 	}
+}
+
+// leaksNow is one look at the pool.
+func (c Cluster) leaksNow() []string {
+	left := append(c.imageLeaks(), c.IndexLeft()...)
+	if c.Instance == "" {
+		left = append(left, c.trashLeaks()...)
+		left = append(left, c.objectLeaks()...)
+	}
+	return left
 }
 
 func (c Cluster) imageLeaks() []string {
@@ -111,14 +120,20 @@ func (c Cluster) poolArgs() []string {
 }
 
 // CheckPoolAfter runs a package's tests, then fails the run if they left
-// anything in the pool (for TestMain).
+// anything in the pool (for TestMain). What an earlier suite left in a
+// shared cluster fails that suite, not this one as well: the report then
+// names the suite that leaked.
 func CheckPoolAfter(m *testing.M) int {
-	code := m.Run()
 	c, err := ClusterFromEnv()
 	if err != nil {
-		return code
+		return m.Run()
 	}
-	if left := c.PoolLeaks(); len(left) > 0 {
+	before := c.leaksNow()
+	if len(before) > 0 {
+		fmt.Fprintf(os.Stderr, "the pool %s held before this suite ran (not counted against it):\n  %s\n", c.Pool, strings.Join(before, "\n  "))
+	}
+	code := m.Run()
+	if left := c.leaksBeyond(before); len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "FAIL: the suite left in pool %s:\n  %s\n", c.Pool, strings.Join(left, "\n  "))
 		return 1
 	}

@@ -147,32 +147,43 @@ func (s *suite) listed(name string) bool {
 }
 
 // cleanup removes the case's images (clones before parents, snapshots
-// first) and objects, whatever state a failure left them in.
+// first) and objects, whatever state a failure left them in. An image a
+// dropped client still watches cannot go until the OSD lets the watch
+// time out (30 s), so passes go on while anything is left, for a while.
 func (s *suite) cleanup() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	b, p := s.Backend, s.Pool
-	for pass := 0; pass < 8; pass++ {
+	for {
 		names, err := b.ListImages(ctx, p)
 		if err != nil {
 			s.t.Errorf("cleanup: %v", err)
 			return
 		}
-		left := 0
+		var left []string
+		var lastErr error
 		for _, n := range names {
 			if !strings.HasPrefix(n, s.prefix) {
 				continue
 			}
-			left++
+			left = append(left, n)
 			if f, err := b.StatFamily(ctx, p, n, ""); err == nil {
 				for _, sn := range f.Snaps {
 					_ = b.RemoveSnapshot(ctx, p, f.ID, sn.Name)
 				}
 			}
-			_ = b.RemoveImage(ctx, p, n)
+			if err := b.RemoveImage(ctx, p, n); err != nil {
+				lastErr = err
+			}
 		}
-		if left == 0 {
+		if len(left) == 0 {
 			break
+		}
+		select {
+		case <-ctx.Done():
+			s.t.Errorf("cleanup could not remove %v: %v", left, lastErr)
+			return
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
 	for _, o := range s.objects {
