@@ -126,16 +126,17 @@ log "clusters up on $NET.1 in network namespace $ns ($((SECONDS - t0)) s so far)
 # cores, more than CI can give both. krbd, the default mapper, runs all of
 # it but 16 parallel stages and the user without access (the host's fuse
 # run has them); nbd runs what its user-space daemon makes different
-# (mapping, data, growth, a killed plugin, a lost mapping, options, bad
-# input, the object map it keeps, journaling, the re-attach of a dead
-# daemon; krbd has no daemon to lose). Of the encrypted volumes, nbd runs
+# (mapping, data, growth, a killed plugin, a lost mapping, options, read
+# affinity (config, not options, to rbd-nbd), bad input, the object map it
+# keeps, journaling, the re-attach of a dead daemon; krbd has no daemon to
+# lose). Of the encrypted volumes, nbd runs
 # the data path (ext4 and block; xfs differs only in mkfs, which krbd's run
 # has) and the fuse mapper's, to even out the two guests; what happens
 # before the map or above the device (key refusals, crash states, stale dm
 # devices, KEK rotation, restores and clones, the discard flag) is the same
 # on every mapper and runs with krbd only. KERNEL_TEST_FULL=1 runs
 # everything with both.
-readonly NBD_TESTS='TestBlock|TestFilesystem|TestFstrimGivesSpaceBack|TestQoSInThePodCgroup|TestLibrbdQoSReachesAMappedVolume|TestOnlineGrowthUnderWrites|TestKilledBetweenStageAndUnstage|TestStagedVolumeLostOnReboot|TestMapOptions|TestBadInput|TestDefaultFeaturesMapAndTrackWrites|TestJournalingByMapper|TestNBDReattachAfterDaemonDied|TestEncryptedVolumes|TestEncryptedWithFuseMapper'
+readonly NBD_TESTS='TestBlock|TestReadAffinity|TestFilesystem|TestFstrimGivesSpaceBack|TestQoSInThePodCgroup|TestLibrbdQoSReachesAMappedVolume|TestOnlineGrowthUnderWrites|TestKilledBetweenStageAndUnstage|TestStagedVolumeLostOnReboot|TestMapOptions|TestBadInput|TestDefaultFeaturesMapAndTrackWrites|TestJournalingByMapper|TestNBDReattachAfterDaemonDied|TestEncryptedVolumes|TestEncryptedWithFuseMapper'
 readonly NBD_SKIP='TestEncryptedVolumes$/^xfs'
 readonly KRBD_SKIP='TestSixteenVolumesStagedInParallel|TestStageWithUserWithoutAccess|TestNBDReattachAfterDaemonDied|TestEncryptedWithFuseMapper'
 # tests MAPPER: go test's -run and -skip arguments, one per line.

@@ -91,7 +91,7 @@ func newNode(f flags, clusters *config.ClusterMap, backend nodeBackend, kmsConfi
 	run := command.ExecRunner{Timeout: nf.mapTimeout}
 	mappers := map[string]mapper.Mapper{
 		mapper.KRBD: mapper.NewKRBD(mapper.CLIOptions{Runner: run, Keys: keys, CrushLocation: crush}),
-		mapper.NBD:  mapper.NewNBD(mapper.CLIOptions{Runner: run, Keys: keys}),
+		mapper.NBD:  mapper.NewNBD(mapper.CLIOptions{Runner: run, Keys: keys, CrushLocation: crush, ConfDir: nf.stateDir}),
 		mapper.Fuse: mapper.NewFuse(mapper.FuseOptions{
 			Dir: filepath.Join(nf.stateDir, "fuse"), Keys: keys, Runner: run, ConnectTimeout: f.cephTimeout,
 		}),

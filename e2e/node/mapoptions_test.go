@@ -2,6 +2,7 @@ package node
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -61,13 +62,18 @@ func TestMapOptions(t *testing.T) {
 // TestReadAffinity: a node plugin with a CRUSH location (from its labels,
 // here --node-labels) maps krbd volumes reading from the nearest replica,
 // as the kernel's view of the mapping shows; a StorageClass that chooses
-// read_from_replica itself keeps its choice.
+// read_from_replica itself keeps its choice. rbd-nbd takes read affinity
+// as configuration: its own admin socket shows the policy and location.
 func TestReadAffinity(t *testing.T) {
-	if mounter() != "krbd" {
-		t.Skipf("read affinity is a krbd map option; the %s mounter does not take it (README, Flags)", mounter())
+	switch mounter() {
+	case "nbd":
+		testNBDReadAffinity(t)
+		return
+	case "krbd":
+	default:
+		t.Skipf("read affinity is a krbd and nbd matter; the %s mounter does not read from replicas (README, Flags)", mounter())
 	}
-	e := setup(t, "--crush-location-labels", "topology.kubernetes.io/zone,kubernetes.io/hostname",
-		"--node-labels", "topology.kubernetes.io/zone=zone-a,kubernetes.io/hostname=node-1")
+	e := setup(t, crushLabels...)
 	c := blockCap(singleWriter)
 	for _, tc := range []struct {
 		name, mapOptions string
@@ -100,5 +106,43 @@ func TestReadAffinity(t *testing.T) {
 			}
 		}
 		e.unstage(v, staging)
+	}
+}
+
+// crushLabels give the node plugin a CRUSH location.
+var crushLabels = []string{"--crush-location-labels", "topology.kubernetes.io/zone,kubernetes.io/hostname",
+	"--node-labels", "topology.kubernetes.io/zone=zone-a,kubernetes.io/hostname=node-1"}
+
+// testNBDReadAffinity asks the rbd-nbd serving a staged volume, through
+// its admin socket, which read policy and CRUSH location it runs with.
+// Ceph's clients put the socket in /var/run/ceph (run_dir), which the
+// test makes where missing (in the kernel-test guest, /var is a tmpfs).
+func testNBDReadAffinity(t *testing.T) {
+	if _, err := os.Stat("/var/run/ceph"); os.IsNotExist(err) {
+		harness.Must(t, os.Mkdir("/var/run/ceph", 0o755), "mkdir /var/run/ceph")
+		t.Cleanup(func() { _ = os.Remove("/var/run/ceph") })
+	}
+	e := setup(t, crushLabels...)
+	c := blockCap(singleWriter)
+	v := e.createVolume("affinity", 16*mib, c)
+	staging := e.path("affinity")
+	e.stage(v, staging, c)
+	defer e.unstage(v, staging)
+	pids, _ := filepath.Glob("/sys/block/nbd*/pid")
+	if len(pids) != 1 {
+		t.Fatalf("connected nbd devices: %v, want one", pids)
+	}
+	pid, err := os.ReadFile(pids[0])
+	harness.Must(t, err, "read %s", pids[0])
+	socks, _ := filepath.Glob("/var/run/ceph/*." + strings.TrimSpace(string(pid)) + ".*asok")
+	if len(socks) != 1 {
+		t.Fatalf("admin sockets of rbd-nbd %s: %v, want one", strings.TrimSpace(string(pid)), socks)
+	}
+	for key, want := range map[string]string{"rbd_read_from_replica_policy": "localize", "crush_location": "hostname=node-1 zone=zone-a"} {
+		out, err := exec.Command("ceph", "--admin-daemon", socks[0], "config", "get", key).CombinedOutput()
+		harness.Must(t, err, "config get %s: %s", key, out)
+		if !strings.Contains(string(out), `"`+want+`"`) {
+			t.Errorf("rbd-nbd runs with %s", out)
+		}
 	}
 }

@@ -32,6 +32,9 @@ type rbdCLI struct {
 	// readAffinity is the krbd options that make reads go to the
 	// nearest replica ("" without a crush location).
 	readAffinity string
+	// nbdConf is rbd-nbd's config file text for the same (nbdconf.go),
+	// kept in confDir.
+	nbdConf, confDir string
 }
 
 // CLIOptions configure the krbd and nbd mappers.
@@ -43,8 +46,12 @@ type CLIOptions struct {
 	// CrushLocation is this node's place in the CRUSH map (type -> bucket
 	// name, like zone -> zone-a): krbd then reads from the nearest replica
 	// (read_from_replica=localize), unless a StorageClass's map options
-	// choose read_from_replica themselves. nbd does not use it yet.
+	// choose read_from_replica themselves; nbd always does, through a
+	// config file in ConfDir (nbdconf.go).
 	CrushLocation map[string]string
+	// ConfDir holds the nbd mapper's config file (the node's state
+	// directory).
+	ConfDir string
 }
 
 // NewKRBD returns the kernel RBD mapper.
@@ -76,7 +83,10 @@ func newCLI(name string, o CLIOptions, probe func(string) string) *rbdCLI {
 	if run == nil {
 		run = command.ExecRunner{}
 	}
-	c := &rbdCLI{name: name, run: run, keys: o.Keys, sysRoot: root, probe: probe}
+	c := &rbdCLI{name: name, run: run, keys: o.Keys, sysRoot: root, probe: probe, confDir: o.ConfDir}
+	if name == NBD {
+		c.nbdConf = nbdConfText(o.CrushLocation)
+	}
 	if name == KRBD && len(o.CrushLocation) > 0 {
 		var loc []string
 		for _, t := range slices.Sorted(maps.Keys(o.CrushLocation)) {
@@ -132,9 +142,10 @@ func (c *rbdCLI) typeArgs() []string {
 }
 
 // mapArgs is the argv of `rbd device map`. The key travels in keyFile,
-// never here, so it does not show in /proc/*/cmdline.
-func (c *rbdCLI) mapArgs(req MapRequest, keyFile string) []string {
-	args := append([]string{"device", "map"}, c.typeArgs()...)
+// never here, so it does not show in /proc/*/cmdline; conf is
+// nbdConfArgs'.
+func (c *rbdCLI) mapArgs(req MapRequest, keyFile string, conf ...string) []string {
+	args := append(append([]string{"device", "map"}, c.typeArgs()...), conf...)
 	// name=value forms: a value can never be taken for an option.
 	args = append(args, "--id="+req.Cred.ID, "--mon-host="+req.MonHost, "--keyfile="+keyFile)
 	if opts := c.options(req); opts != "" {
@@ -237,13 +248,17 @@ func (c *rbdCLI) Map(ctx context.Context, req MapRequest) (string, error) {
 	if m, ok := Find(list, req.Image); ok {
 		return m.Device, nil
 	}
+	conf, err := c.nbdConfArgs()
+	if err != nil {
+		return "", err
+	}
 	keyFile, remove, err := c.keys.write(req.Cred.Key)
 	if err != nil {
 		return "", err
 	}
 	defer remove()
 	// runs: rbd-nbd (rbd device map -t nbd starts it)
-	out, err := c.run.Run(ctx, "rbd", c.mapArgs(req, keyFile)...)
+	out, err := c.run.Run(ctx, "rbd", c.mapArgs(req, keyFile, conf...)...)
 	if err != nil {
 		err = classify(fmt.Errorf("%s map %s: %w", c.name, req.Image, err))
 		switch {

@@ -376,7 +376,8 @@ func fileMissing(path string) bool {
 
 // A node with a crush location makes krbd read from the nearest replica,
 // unless the StorageClass's map options choose read_from_replica or
-// crush_location; nbd gets no read affinity.
+// crush_location; nbd gets it as config (TestNBDReadAffinityConf), not
+// as options.
 func TestReadAffinity(t *testing.T) {
 	loc := map[string]string{"zone": "zone-a", "host": "node-1"}
 	krbd := newCLI(KRBD, CLIOptions{CrushLocation: loc}, nil)

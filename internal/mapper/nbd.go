@@ -125,12 +125,16 @@ func (c *rbdCLI) Reattach(ctx context.Context, req MapRequest, device string) er
 	if _, err := c.nbdSysDir(device); err != nil {
 		return err
 	}
+	conf, err := c.nbdConfArgs()
+	if err != nil {
+		return err
+	}
 	keyFile, remove, err := c.keys.write(req.Cred.Key)
 	if err != nil {
 		return err
 	}
 	defer remove()
-	args := append([]string{"device", "attach"}, c.typeArgs()...)
+	args := append(append([]string{"device", "attach"}, c.typeArgs()...), conf...)
 	args = append(args, "--device="+device, "--cookie="+req.Cookie,
 		"--id="+req.Cred.ID, "--mon-host="+req.MonHost, "--keyfile="+keyFile, "--options="+nbdOptions(req.Options))
 	if req.ReadOnly {
