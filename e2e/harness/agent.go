@@ -155,8 +155,7 @@ func (a Agent) call(path string, req, resp any, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	c := http.Client{Timeout: timeout}
-	r, err := c.Post("http://"+a.Addr+path, "application/json", bytes.NewReader(body))
+	r, err := client(timeout).Post("http://"+a.Addr+path, "application/json", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -166,6 +165,12 @@ func (a Agent) call(path string, req, resp any, timeout time.Duration) error {
 		return fmt.Errorf("agent %s%s: %s: %s", a.Addr, path, r.Status, bytes.TrimSpace(msg))
 	}
 	return json.NewDecoder(r.Body).Decode(resp)
+}
+
+// client makes each call on a connection of its own: one kept from before
+// an outage of the link may be gone at the agent's end.
+func client(timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
 }
 
 // Run implements Machine.
@@ -195,8 +200,7 @@ func (a Agent) Stop() error {
 
 // Ping tells whether the agent answers within timeout.
 func (a Agent) Ping(timeout time.Duration) error {
-	c := http.Client{Timeout: timeout}
-	r, err := c.Get("http://" + a.Addr + "/ping")
+	r, err := client(timeout).Get("http://" + a.Addr + "/ping")
 	if err != nil {
 		return err
 	}

@@ -177,6 +177,9 @@ func StartPlugin(t testing.TB, c Cluster, args ...string) *Plugin {
 	p.args = pluginArgs(c, "unix://"+p.Socket, args)
 	started := time.Now()
 	p.Start()
+	if os.Getenv("RBDCSI_E2E_TIMING") != "" {
+		t.Logf("timing: plugin up in %.2fs", time.Since(started).Seconds())
+	}
 	p.Conn = dial(t, "unix://"+p.Socket, started)
 	t.Cleanup(func() {
 		p.Conn.Close()
@@ -204,7 +207,6 @@ func dial(t testing.TB, target string, started time.Time) *grpc.ClientConn {
 	t.Helper()
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	if os.Getenv("RBDCSI_E2E_TIMING") != "" {
-		t.Logf("timing: plugin up in %.2fs", time.Since(started).Seconds())
 		opts = append(opts, grpc.WithUnaryInterceptor(timeCalls(t, started)))
 	}
 	conn, err := grpc.NewClient(target, opts...)

@@ -13,10 +13,12 @@ import (
 // RemotePlugin is a plugin that an Agent keeps on another machine,
 // serving CSI on TCP.
 type RemotePlugin struct {
-	Conn  *grpc.ClientConn
-	agent Agent
-	log   string
-	t     testing.TB
+	Conn    *grpc.ClientConn
+	agent   Agent
+	addr    string
+	log     string
+	t       testing.TB
+	started time.Time
 }
 
 // StartRemotePlugin starts the plugin through a with the given flags (plus
@@ -27,8 +29,7 @@ type RemotePlugin struct {
 // test ends.
 func StartRemotePlugin(t testing.TB, c Cluster, a Agent, addr, log string, args ...string) *RemotePlugin {
 	t.Helper()
-	p := &RemotePlugin{agent: a, log: log, t: t}
-	started := time.Now()
+	p := &RemotePlugin{agent: a, addr: addr, log: log, t: t, started: time.Now()}
 	Must(t, a.Start(append([]string{Binary(t)}, pluginArgs(c, "tcp://"+addr, args)...), log), "starting the plugin on %s", a.Addr)
 	t.Cleanup(func() {
 		if p.Conn != nil {
@@ -48,8 +49,18 @@ func StartRemotePlugin(t testing.TB, c Cluster, a Agent, addr, log string, args 
 			t.Fatalf("the plugin on %s does not serve at %s:\n%s", a.Addr, addr, p.Logs())
 		}
 	}
-	p.Conn = dial(t, addr, started)
+	if os.Getenv("RBDCSI_E2E_TIMING") != "" {
+		t.Logf("timing: plugin on %s up in %.2fs", a.Addr, time.Since(p.started).Seconds())
+	}
+	p.Conn = dial(t, addr, p.started)
 	return p
+}
+
+// Redial replaces the connection with a new one: after an outage of the
+// link the old one may be gone at the plugin's end.
+func (p *RemotePlugin) Redial() {
+	p.Conn.Close()
+	p.Conn = dial(p.t, p.addr, p.started)
 }
 
 // Node is a client of its Node service.
