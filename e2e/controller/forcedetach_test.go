@@ -198,13 +198,19 @@ func (s *move) forceDetach(t *testing.T) {
 	expectMetrics(t, s.ctrlMetrics, `rbdcsi_fences_total{result="success"} 1`)
 }
 
+// lateWriteBound is how long node-a's write after the fence may take to
+// fail: a node that was cut off first has to reconnect (libceph waits up
+// to 15 s between attempts) to hear that it is blocklisted, and emulation
+// and a busy host slow that down.
+const lateWriteBound = 2 * time.Minute
+
 // oldNodeCannotWrite: a write and fsync through node-a's staging mount
 // fails, promptly. The write runs in a process of its own, so a write
 // that hangs cannot hang the test.
 func (s *move) oldNodeCannotWrite(t *testing.T) {
 	t.Helper()
 	start := time.Now()
-	r, err := s.a.m.Run([]string{"dd", "if=/dev/zero", "of=" + filepath.Join(s.staging["node-a"], "after"), "bs=64k", "count=16", "conv=fsync"}, nil, time.Minute)
+	r, err := s.a.m.Run([]string{"dd", "if=/dev/zero", "of=" + filepath.Join(s.staging["node-a"], "after"), "bs=64k", "count=16", "conv=fsync"}, nil, lateWriteBound)
 	harness.Must(t, err, "writing on node-a")
 	switch {
 	case r.TimedOut:
