@@ -105,7 +105,8 @@ bench: build
 
 # The node suite on a real kernel (README, "A real kernel"): QEMU guests
 # running Debian's kernel map through krbd and nbd against a real cluster,
-# all inside a network namespace the script makes and removes. The kernel
+# then, with both mappers, a force detach across the two guests, all
+# inside a network namespace the script makes and removes. The kernel
 # is cached under $(or $(RBDCSI_KERNEL_CACHE),/var/cache/rbdcsi-kernel).
 # KERNEL_TEST_RUN='TestBlock' picks tests; arguments pick mappers:
 # make kernel-test KERNEL_TEST_MAPPERS=krbd.

@@ -403,8 +403,20 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// TestMain fails the run if the suite left anything in the pool.
-func TestMain(m *testing.M) { os.Exit(harness.CheckPoolAfter(m)) }
+// TestMain fails the run if the suite left anything in the pool. With
+// $RBDCSI_E2E_AGENT_LISTEN set it runs no test but serves the agent there
+// (harness.ServeAgent): guest A's part in the kernel test's joint phase,
+// writing its address to $RBDCSI_E2E_AGENT_READY once it listens.
+func TestMain(m *testing.M) {
+	if addr := os.Getenv("RBDCSI_E2E_AGENT_LISTEN"); addr != "" {
+		if err := harness.ServeAgent(addr, os.Getenv("RBDCSI_E2E_AGENT_READY")); err != nil {
+			fmt.Fprintln(os.Stderr, "agent:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(harness.CheckPoolAfter(m))
+}
 
 // An interrupted removal leaves an image listed in the pool directory but
 // without its header; deleting the volume again must finish the job.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,7 +48,7 @@ func TestForceDetachFencesACutOffNode(t *testing.T) {
 		t.Skipf("cuts node-a off by stopping its rbd-fuse; mapper %s has none to stop", m)
 	}
 	s := newMove(t)
-	procs, err := harness.RBDFuseProcs(s.stateA)
+	procs, err := harness.RBDFuseProcs(s.a.state)
 	harness.Must(t, err, "rbd-fuse processes of node-a")
 	if len(procs) != 1 {
 		t.Fatalf("node-a runs rbd-fuse processes %v, want one", procs)
@@ -81,45 +80,72 @@ func TestForceDetachFencesACutOffNode(t *testing.T) {
 
 // move is a volume staged on node-a with a file synced to it, on its way
 // to node-b; the controller and node-a serve metrics and log at V(1).
+// node-b runs here; node-a here too, or on another guest (joint_test.go).
 type move struct {
-	e                        attachEnv
-	vol                      *csi.Volume
-	image, stateA            string
-	ctrlMetrics, nodeMetrics string
-	staging                  map[string]string
-	before                   []byte
-	fenced                   []string // node-a's client, as Ceph lists it
+	e           attachEnv
+	vol         *csi.Volume
+	image       string
+	a           oldNode
+	ctrlMetrics string
+	staging     map[string]string // on each node's machine
+	before      []byte
+	fenced      []string // node-a's client, as Ceph lists it
 }
 
+// oldNode is node-a's machine, its plugin's state directory, which the
+// test looks under for leftovers, and its metrics address.
+type oldNode struct {
+	m              harness.Machine
+	state, metrics string
+}
+
+// flags are node-a's plugin's flags beyond nodeArgs'.
+func (a oldNode) flags(mounter string) []string {
+	return []string{"--metrics-address", a.metrics, "--v", "1", "--default-mounter", mounter}
+}
+
+// moveCtrlFlags are the controller's flags for a move: fences for ten
+// minutes, metrics at addr, logs at V(1).
+func moveCtrlFlags(metrics string) []string {
+	return []string{"--fence-expiry", "10m", "--metrics-address", metrics, "--v", "1"}
+}
+
+// newMove is a move on this machine. node-a's mapper is
+// $RBDCSI_E2E_MOUNTER where set: scripts/kernel-test.sh runs this test in
+// its guests with krbd and nbd. node-b keeps fuse, for there node-a's
+// kernel client would serve node-b's krbd mapping too, as one machine's
+// are shared.
 func newMove(t *testing.T) *move {
-	s := &move{ctrlMetrics: freeAddr(t), nodeMetrics: freeAddr(t), stateA: t.TempDir(), staging: map[string]string{}}
-	s.e = setupAttach(t, "--fence-expiry", "10m", "--metrics-address", s.ctrlMetrics, "--v", "1")
-	// node-a again, with a state directory the test looks under for
-	// leftovers, and metrics.
-	// Its mapper is $RBDCSI_E2E_MOUNTER where set: scripts/kernel-test.sh
-	// runs this test in its guests with krbd and nbd. node-b keeps fuse,
-	// for there node-a's kernel client would serve node-b's krbd
-	// mapping too, as one machine's are shared.
-	s.e.nodes["node-a"].Stop()
-	s.e.startNode(t, "node-a", "--state-dir", s.stateA, "--metrics-address", s.nodeMetrics, "--v", "1",
-		"--default-mounter", cmp.Or(os.Getenv("RBDCSI_E2E_MOUNTER"), "fuse"))
+	ctrlMetrics := freeAddr(t)
+	e := newAttachEnv(t, moveCtrlFlags(ctrlMetrics)...)
+	e.startNode(t, "node-b")
+	a := oldNode{m: harness.Local{}, state: t.TempDir(), metrics: freeAddr(t)}
+	e.nodes["node-a"] = harness.StartPlugin(t, e.c,
+		e.nodeArgs("node-a", e.secretDir, a.state, a.flags(cmp.Or(os.Getenv("RBDCSI_E2E_MOUNTER"), "fuse"))...)...)
+	return stageOnNodeA(t, e, ctrlMetrics, a)
+}
+
+// stageOnNodeA creates the volume, publishes it to node-a (RWO), stages it
+// there and writes and syncs a file on it through node-a's machine.
+func stageOnNodeA(t *testing.T, e attachEnv, ctrlMetrics string, a oldNode) *move {
+	s := &move{e: e, a: a, ctrlMetrics: ctrlMetrics, staging: map[string]string{}}
 	resp, err := s.e.create(t, "force-detach", 64*mib)
 	harness.Must(t, err, "create")
 	s.vol = resp.Volume
 	s.image = s.vol.VolumeId[strings.LastIndex(s.vol.VolumeId, ":")+1:]
 	for _, n := range []string{"node-a", "node-b"} {
-		dir, err := os.MkdirTemp("", "rbdcsi-force-detach-")
-		harness.Must(t, err, "staging dir")
-		s.staging[n] = dir
+		s.staging[n] = strings.TrimSpace(harness.MustRun(t, s.machine(n), nil, time.Minute, "mktemp", "-d", "-t", "rbdcsi-force-detach-XXXXXX"))
 	}
 	// Whatever fails, nothing stays mapped, attached or blocklisted, and
 	// the volume goes.
 	t.Cleanup(func() {
-		ctx := context.Background()
+		ctx, cancel := context.WithTimeout(context.Background(), harness.Slowdown()*2*time.Minute)
+		defer cancel()
 		for _, n := range []string{"node-a", "node-b"} {
 			_, _ = s.e.nodes[n].Node().NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: s.vol.VolumeId, StagingTargetPath: s.staging[n]})
 			_, _ = s.e.cc.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: s.vol.VolumeId, NodeId: n, Secrets: s.e.c.Secrets()})
-			_ = os.Remove(s.staging[n]) // empty once unstaged; never RemoveAll a possible mount
+			// Empty once unstaged; never remove what a mount may show.
+			_, _ = s.machine(n).Run([]string{"rmdir", s.staging[n]}, nil, time.Minute)
 		}
 		if _, err := s.e.cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: s.vol.VolumeId, Secrets: s.e.c.Secrets()}); err != nil {
 			t.Errorf("delete: %v", err)
@@ -136,8 +162,17 @@ func newMove(t *testing.T) *move {
 	harness.Must(t, s.e.publish(t, s.vol.VolumeId, "node-a", rwo, false), "publish to node-a")
 	harness.Must(t, s.e.stage(t, "node-a", s.vol, s.staging["node-a"]), "stage on node-a")
 	s.before = bytes.Repeat([]byte("written by node-a before the fence\n"), 4096)
-	writeSynced(t, filepath.Join(s.staging["node-a"], "before"), s.before)
+	harness.MustRun(t, s.a.m, s.before, harness.Slowdown()*time.Minute,
+		"dd", "of="+filepath.Join(s.staging["node-a"], "before"), "bs=64k", "conv=fsync", "status=none")
 	return s
+}
+
+// machine is where node n runs.
+func (s *move) machine(n string) harness.Machine {
+	if n == "node-a" {
+		return s.a.m
+	}
+	return harness.Local{}
 }
 
 // forceDetach detaches the volume from node-a, which has not unstaged, and
@@ -163,17 +198,27 @@ func (s *move) forceDetach(t *testing.T) {
 	expectMetrics(t, s.ctrlMetrics, `rbdcsi_fences_total{result="success"} 1`)
 }
 
+// lateWriteBound is how long node-a's write after the fence may take to
+// fail: a node that was cut off first has to reconnect (libceph waits up
+// to 15 s between attempts) to hear that it is blocklisted, and emulation
+// and a busy host slow that down.
+const lateWriteBound = 2 * time.Minute
+
 // oldNodeCannotWrite: a write and fsync through node-a's staging mount
-// fails, promptly.
+// fails, promptly. The write runs in a process of its own, so a write
+// that hangs cannot hang the test.
 func (s *move) oldNodeCannotWrite(t *testing.T) {
 	t.Helper()
-	switch err := writeWithTimeout(filepath.Join(s.staging["node-a"], "after"), time.Minute); {
-	case err == nil:
-		t.Fatal("node-a wrote and synced to the volume after the fence")
-	case errors.Is(err, context.DeadlineExceeded):
+	start := time.Now()
+	r, err := s.a.m.Run([]string{"dd", "if=/dev/zero", "of=" + filepath.Join(s.staging["node-a"], "after"), "bs=64k", "count=16", "conv=fsync"}, nil, lateWriteBound)
+	harness.Must(t, err, "writing on node-a")
+	switch {
+	case r.TimedOut:
 		t.Fatal("a write on node-a after the fence hung instead of failing")
+	case r.Exit == 0:
+		t.Fatal("node-a wrote and synced to the volume after the fence")
 	default:
-		t.Logf("node-a's write after the fence: %v", err)
+		t.Logf("node-a's write after the fence failed in %.1fs: %s", time.Since(start).Seconds(), strings.TrimSpace(r.Output))
 	}
 }
 
@@ -196,10 +241,10 @@ func (s *move) moveToNodeB(t *testing.T) {
 func (s *move) oldNodeUnstages(t *testing.T) {
 	t.Helper()
 	s.e.unstage(t, "node-a", s.vol, s.staging["node-a"])
-	left, err := harness.FindLeftovers(s.stateA)
+	left, err := s.a.m.Leftovers(s.a.state, s.staging["node-a"])
 	harness.Must(t, err, "leftovers of node-a")
-	if mounts, _ := harness.MountsUnder(s.staging["node-a"]); !left.Empty() || len(mounts) > 0 {
-		t.Fatalf("node-a's unstage left %v, mounts %v", left.Describe(), mounts)
+	if len(left) > 0 {
+		t.Fatalf("node-a's unstage left %v", left)
 	}
 	if _, ok := s.e.c.Blocklist(t)[s.fenced[0]]; ok {
 		t.Fatalf("node-a's client %s is still blocklisted after its unstage", s.fenced[0])
@@ -207,7 +252,7 @@ func (s *move) oldNodeUnstages(t *testing.T) {
 	if got := fenceRecords(t, s.e.c); len(got) != 0 {
 		t.Fatalf("fence records %v after node-a's unstage", got)
 	}
-	expectMetrics(t, s.nodeMetrics, `rbdcsi_fence_lifts_total{result="success"} 1`)
+	expectMetrics(t, s.a.metrics, `rbdcsi_fence_lifts_total{result="success"} 1`)
 	for who, log := range map[string]string{"controller": s.e.p.Logs(), "node-a": s.e.nodes["node-a"].Logs()} {
 		want := map[string]string{"controller": "fenced a node", "node-a": "lifted the fence"}[who]
 		if !strings.Contains(log, want) || !strings.Contains(log, s.fenced[0]) || !strings.Contains(log, s.vol.VolumeId) {
@@ -236,36 +281,6 @@ func (s *move) normalDetach(t *testing.T) {
 	}
 	expectMetrics(t, s.ctrlMetrics, `rbdcsi_fences_total{result="success"} 1`)
 	fsckClean(t, s.e.c, s.image)
-}
-
-// writeSynced writes a file and fsyncs it.
-func writeSynced(t *testing.T, path string, data []byte) {
-	t.Helper()
-	f, err := os.Create(path)
-	harness.Must(t, err, "create %s", path)
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	harness.Must(t, err, "write and sync %s", path)
-}
-
-// writeWithTimeout writes and fsyncs 1 MiB in a process of its own, so a
-// write that hangs cannot hang the test: context.DeadlineExceeded then.
-func writeWithTimeout(path string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "dd", "if=/dev/zero", "of="+path, "bs=64k", "count=16", "conv=fsync").CombinedOutput()
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if err != nil {
-		return errors.New(strings.TrimSpace(string(out)))
-	}
-	return nil
 }
 
 // fenceRecords lists the fence records in the suite's node registry.

@@ -21,13 +21,32 @@ import (
 // it: write the registry object, lift blocklist entries (their fences).
 type attachEnv struct {
 	env
-	nodes     map[string]*harness.Plugin
+	nodes     map[string]nodePlugin
 	secretDir string
 	registry  []string
+	user, key string // the node user
+}
+
+// nodePlugin is a node plugin on this machine (*harness.Plugin) or on
+// another kernel-test guest (*harness.RemotePlugin).
+type nodePlugin interface {
+	Node() csi.NodeClient
+	Logs() string
+	Stop()
 }
 
 // setupAttach starts the controller, with extra flags, and the nodes.
 func setupAttach(t *testing.T, ctrlFlags ...string) attachEnv {
+	e := newAttachEnv(t, ctrlFlags...)
+	for _, n := range []string{"node-a", "node-b"} {
+		e.startNode(t, n)
+	}
+	return e
+}
+
+// newAttachEnv starts the controller, with extra flags, and makes the
+// node user; it starts no node.
+func newAttachEnv(t *testing.T, ctrlFlags ...string) attachEnv {
 	c := harness.LoadCluster(t)
 	ctrlSecretDir := harness.WriteControllerSecretDir(t, c)
 	registry := []string{"--node-registry", c.ClusterID + "/" + c.Pool, "--node-registry-ttl", "30s"}
@@ -35,10 +54,8 @@ func setupAttach(t *testing.T, ctrlFlags ...string) attachEnv {
 	p := harness.StartPlugin(t, c, append(args, ctrlFlags...)...)
 	user := c.Name("rbdcsi-node-attach")
 	key := c.NewUser(t, user, nodeUserCaps(c)...)
-	e := attachEnv{env: env{c: c, p: p, cc: p.Controller()}, nodes: map[string]*harness.Plugin{}, secretDir: writeSecretDir(t, user, key), registry: registry}
-	for _, n := range []string{"node-a", "node-b"} {
-		e.startNode(t, n)
-	}
+	e := attachEnv{env: env{c: c, p: p, cc: p.Controller()}, nodes: map[string]nodePlugin{}, secretDir: writeSecretDir(t, user, key),
+		registry: registry, user: user, key: key}
 	t.Cleanup(func() { c.ExpectNoImages(t) })
 	return e
 }
@@ -61,9 +78,16 @@ func writeSecretDir(t *testing.T, user, key string) string {
 
 // startNode starts a node plugin that registers itself as name.
 func (e attachEnv) startNode(t *testing.T, name string, extra ...string) {
-	args := append([]string{"--mode", "node", "--nodeid", name, "--node-secret-dir", e.secretDir,
-		"--state-dir", t.TempDir(), "--default-mounter", "fuse"}, e.registry...)
-	e.nodes[name] = harness.StartPlugin(t, e.c, append(args, extra...)...)
+	e.nodes[name] = harness.StartPlugin(t, e.c, e.nodeArgs(name, e.secretDir, t.TempDir(), extra...)...)
+}
+
+// nodeArgs are the flags of a node plugin that registers itself as name
+// with the node user's credentials in secretDir and keeps its state in
+// stateDir; extra flags come last, and so win.
+func (e attachEnv) nodeArgs(name, secretDir, stateDir string, extra ...string) []string {
+	args := append([]string{"--mode", "node", "--nodeid", name, "--node-secret-dir", secretDir,
+		"--state-dir", stateDir, "--default-mounter", "fuse"}, e.registry...)
+	return append(args, extra...)
 }
 
 func capOf(mode csi.VolumeCapability_AccessMode_Mode, block bool) *csi.VolumeCapability {

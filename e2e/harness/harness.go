@@ -174,24 +174,15 @@ func StartPlugin(t testing.TB, c Cluster, args ...string) *Plugin {
 		t.Fatal(err)
 	}
 	p := &Plugin{Socket: filepath.Join(dir, "csi.sock"), t: t, logs: &lockedBuffer{}}
-	p.args = append([]string{"--endpoint", "unix://" + p.Socket, "--cluster-config", c.ConfigFile}, args...)
-	if c.Instance != "" {
-		p.args = append(p.args, "--instance-id", c.Instance)
-	}
+	p.args = pluginArgs(c, "unix://"+p.Socket, args)
 	started := time.Now()
 	p.Start()
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	if os.Getenv("RBDCSI_E2E_TIMING") != "" {
 		t.Logf("timing: plugin up in %.2fs", time.Since(started).Seconds())
-		opts = append(opts, grpc.WithUnaryInterceptor(timeCalls(t, started)))
 	}
-	conn, err := grpc.NewClient("unix://"+p.Socket, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Conn = conn
+	p.Conn = dial(t, "unix://"+p.Socket, started)
 	t.Cleanup(func() {
-		conn.Close()
+		p.Conn.Close()
 		p.Stop()
 		os.RemoveAll(dir)
 		if t.Failed() || os.Getenv("RBDCSI_E2E_TIMING") != "" {
@@ -199,6 +190,30 @@ func StartPlugin(t testing.TB, c Cluster, args ...string) *Plugin {
 		}
 	})
 	return p
+}
+
+// pluginArgs are the plugin's arguments: the endpoint, the suite's
+// cluster map and instance, then args.
+func pluginArgs(c Cluster, endpoint string, args []string) []string {
+	a := append([]string{"--endpoint", endpoint, "--cluster-config", c.ConfigFile}, args...)
+	if c.Instance != "" {
+		a = append(a, "--instance-id", c.Instance)
+	}
+	return a
+}
+
+// dial connects to a plugin that serves at target and started at started.
+func dial(t testing.TB, target string, started time.Time) *grpc.ClientConn {
+	t.Helper()
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if os.Getenv("RBDCSI_E2E_TIMING") != "" {
+		opts = append(opts, grpc.WithUnaryInterceptor(timeCalls(t, started)))
+	}
+	conn, err := grpc.NewClient(target, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
 }
 
 // timeCalls logs each call's time and when it ended, counted from start:
@@ -223,14 +238,9 @@ func (p *Plugin) Start() {
 	cmd := exec.Command(Binary(p.t), p.args...)
 	cmd.Stdout, cmd.Stderr = p.logs, p.logs
 	// The cluster's keys are in the test's environment; the plugin gets its
-	// keys per request, as in production, and nothing else.
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CEPH_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	// The crash tests' --test-crash-at is refused without it.
-	cmd.Env = append(cmd.Env, "RBDCSI_ALLOW_TEST_CRASH=1")
+	// keys per request, as in production, and nothing else. The crash
+	// tests' --test-crash-at is refused without RBDCSI_ALLOW_TEST_CRASH.
+	cmd.Env = append(childEnv(), "RBDCSI_ALLOW_TEST_CRASH=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		p.t.Fatal(err)
@@ -287,14 +297,20 @@ func (p *Plugin) signal(sig syscall.Signal, wait time.Duration) {
 	if p.cmd == nil {
 		return
 	}
-	_ = p.cmd.Process.Signal(sig)
-	select {
-	case <-p.done:
-	case <-time.After(wait):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
+	endProcess(p.cmd.Process, p.done, sig, wait)
 	p.cmd = nil
+}
+
+// endProcess sends sig to a process and waits until done (closed once it
+// was reaped), killing it after wait.
+func endProcess(proc *os.Process, done <-chan struct{}, sig syscall.Signal, wait time.Duration) {
+	_ = proc.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(wait):
+		_ = proc.Kill()
+		<-done
+	}
 }
 
 // Logs returns everything the plugin printed so far.
