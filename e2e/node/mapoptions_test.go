@@ -1,11 +1,14 @@
 package node
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/rbdcsi/rbdcsi/e2e/harness"
 )
@@ -143,6 +146,46 @@ func testNBDReadAffinity(t *testing.T) {
 		harness.Must(t, err, "config get %s: %s", key, out)
 		if !strings.Contains(string(out), `"`+want+`"`) {
 			t.Errorf("rbd-nbd runs with %s", out)
+		}
+	}
+}
+
+// TestUnmapOptions: a StorageClass's unmapOptions reach `rbd device unmap`.
+// With krbd:force the unstage unmaps a device something still holds open
+// (the kernel's forced unmap); without it the same unstage fails busy,
+// keeps the mapping, and unmaps once the holder is gone.
+func TestUnmapOptions(t *testing.T) {
+	if mounter() != "krbd" {
+		t.Skipf("unmap options are krbd's (force, udev); the %s mounter takes none", mounter())
+	}
+	e := setup(t)
+	c := mountCap("ext4", singleWriter)
+	for _, force := range []bool{false, true} {
+		name := fmt.Sprintf("unmap-force-%v", force)
+		var params []string
+		if force {
+			params = []string{"unmapOptions", "krbd:force"}
+		}
+		v := e.createVolume(name, 16*mib, c, params...)
+		staging := e.path(name)
+		e.stage(v, staging, c)
+		dev := mountSource(staging)
+		holder, err := os.Open(dev)
+		harness.Must(t, err, "open %s", dev)
+		_, err = e.nc.NodeUnstageVolume(ctx(t), &csi.NodeUnstageVolumeRequest{VolumeId: v.VolumeId, StagingTargetPath: staging})
+		mapped, _ := filepath.Glob("/sys/bus/rbd/devices/*")
+		holder.Close()
+		switch {
+		case force && (err != nil || len(mapped) != 0):
+			t.Errorf("unstage with unmapOptions krbd:force of a device held open: %v; mapped %v", err, mapped)
+		case !force && (err == nil || len(mapped) != 1):
+			t.Errorf("unstage without force of a device held open: %v, mapped %v; want it refused, the mapping kept", err, mapped)
+		default:
+			t.Logf("force %v: %v", force, err)
+		}
+		e.unstage(v, staging) // the holder gone: done, or unmapped now
+		if mapped, _ := filepath.Glob("/sys/bus/rbd/devices/*"); len(mapped) != 0 {
+			t.Errorf("mapped after the unstage: %v", mapped)
 		}
 	}
 }
