@@ -83,7 +83,7 @@ func newCLI(name string, o CLIOptions, probe func(string) string) *rbdCLI {
 	if run == nil {
 		run = command.ExecRunner{}
 	}
-	c := &rbdCLI{name: name, run: run, keys: o.Keys, sysRoot: root, probe: probe, confDir: o.ConfDir}
+	c := &rbdCLI{name: name, run: quietRunner{run}, keys: o.Keys, sysRoot: root, probe: probe, confDir: o.ConfDir}
 	if name == NBD {
 		c.nbdConf = nbdConfText(o.CrushLocation)
 	}
@@ -409,6 +409,19 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
+}
+
+// quietRunner drops the Ceph tools' complaints about a missing ceph.conf
+// from their errors as they come (an error's text is fixed once wrapped):
+// they would bury the tool's own words in every message a user sees.
+type quietRunner struct{ command.Runner }
+
+func (r quietRunner) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	out, err := r.Runner.Run(ctx, name, args...)
+	if ce := (*command.Error)(nil); errors.As(err, &ce) {
+		ce.Stderr = strings.TrimSpace(withoutConfigNoise(ce.Stderr))
+	}
+	return out, err
 }
 
 // withoutConfigNoise drops the lines the Ceph tools print when they find no

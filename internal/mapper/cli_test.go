@@ -148,7 +148,9 @@ func TestMapFailureRedactsAndClassifies(t *testing.T) {
 		if slices.Contains(argv, "list-mapped") {
 			return nil, nil
 		}
-		return nil, &command.Error{Cmd: "rbd device", Stderr: "rbd: error opening image csi-vol-1: (2) No such file or directory; bad key " + testKey, Err: errors.New("exit status 2")}
+		return nil, &command.Error{Cmd: "rbd device", Stderr: "did not load config file, using default settings.\n" +
+			"2026-11-26T10:47:30.288+0000 7fd69a002640 -1 can't open ceph.conf: (2) No such file or directory\n" +
+			"rbd: error opening image csi-vol-1: (2) No such file or directory; bad key " + testKey, Err: errors.New("exit status 2")}
 	}}
 	m := newCLI(NBD, CLIOptions{Runner: run, Keys: keys}, nil)
 	_, err := m.Map(context.Background(), mapReq())
@@ -157,6 +159,9 @@ func TestMapFailureRedactsAndClassifies(t *testing.T) {
 	}
 	if err != nil && strings.Contains(err.Error(), testKey) {
 		t.Errorf("error shows the key: %v", err)
+	}
+	if err != nil && (strings.Contains(err.Error(), "ceph.conf") || strings.Contains(err.Error(), "config file")) {
+		t.Errorf("error keeps the tools' noise about a missing config file: %v", err)
 	}
 	if files, _ := os.ReadDir(string(keys)); len(files) != 0 {
 		t.Errorf("key files left after a failed map: %v", files)
