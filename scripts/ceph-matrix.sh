@@ -182,6 +182,8 @@ cell() {
 	((rc == 0)) || tail -40 "$work/$name.log" >&2
 	grep -E '^(PASS|FAIL|--- FAIL|=== suite .* (took|NOT RUN|without)|=== rbd-fuse|panic:)' "$work/$name.log" |
 		sed "s/^/$name: /" >&2 || true
+	# Then the failed subtests and the tests' own words (file.go:N:).
+	grep -E '^ +(--- FAIL|[a-z0-9_]+\.go:[0-9]+: )' "$work/$name.log" | head -n 40 | sed "s/^/$name: /" >&2 || true
 	((rc == 0)) || die "$name failed after $((SECONDS - t)) s (log: $work/$name.log; MATRIX_KEEP=1 keeps it)"
 	log "$name passed in $((SECONDS - t)) s"
 }

@@ -9,9 +9,9 @@ import (
 )
 
 // A client with the image open is listed by its address, not as one of
-// the backend's own. Blocklisting it drops its watch at once (for the
-// backend's next call), an entry the CSI user may add, and a repeat is
-// fine; lifting it, also twice, takes it off the blocklist. A malformed
+// the backend's own. Blocklisting it drops its watch once the OSD has the
+// new map (the controller waits for that too: fenceSettled), an entry the
+// CSI user may add, and a repeat is fine; lifting it, also twice, takes it off the blocklist. A malformed
 // address is refused before it reaches the monitor.
 func testBlocklist(t *testing.T, s *suite) {
 	b, p, ctx, name := s.Backend, s.Pool, s.ctx(), s.name("img")
@@ -39,9 +39,7 @@ func testBlocklist(t *testing.T, s *suite) {
 	if !slices.Contains(s.Blocklisted(t), addr) {
 		t.Fatalf("%s is not on the blocklist %v", addr, s.Blocklisted(t))
 	}
-	if cs, err := b.Clients(ctx, p, name); err != nil || len(cs) != 0 {
-		t.Fatalf("Clients after blocklisting the watcher: %+v, %v; want none", cs, err)
-	}
+	s.waitClients(name, "blocklisting the watcher", "none", func(cs []rbd.Client) bool { return len(cs) == 0 })
 
 	s.must(b.Unblocklist(ctx, p.MonHost, s.Unblocklister, addr), "Unblocklist")
 	s.must(b.Unblocklist(ctx, p.MonHost, s.Unblocklister, addr), "Unblocklist again")
@@ -69,14 +67,32 @@ func testLockHolderOutlivesItsWatch(t *testing.T, s *suite) {
 	s.must(b.BreakLock(ctx, p, name, "127.0.0.1:0/1"), "BreakLock of a client that holds no lock")
 	s.must(b.Blocklist(ctx, p.MonHost, p.Cred, addr, time.Minute), "Blocklist")
 	t.Cleanup(func() { _ = b.Unblocklist(s.ctx(), p.MonHost, s.Unblocklister, addr) })
-	cs, err = b.Clients(ctx, p, name)
-	s.must(err, "Clients")
-	if len(cs) != 1 || cs[0].Addr != addr || cs[0].Watch || !cs[0].Lock {
-		t.Fatalf("Clients after blocklisting the writer = %+v, want %s by its lock alone", cs, addr)
-	}
+	s.waitClients(name, "blocklisting the writer", addr+" by its lock alone", func(cs []rbd.Client) bool {
+		return len(cs) == 1 && cs[0].Addr == addr && !cs[0].Watch && cs[0].Lock
+	})
 	s.must(b.BreakLock(ctx, p, name, addr), "BreakLock")
 	s.must(b.BreakLock(ctx, p, name, addr), "BreakLock again")
 	if cs, err := b.Clients(ctx, p, name); err != nil || len(cs) != 0 {
 		t.Fatalf("Clients after breaking the lock: %+v, %v; want none", cs, err)
+	}
+}
+
+// waitClients polls Clients until ok accepts them: an OSD drops a
+// blocklisted client's watch when its placement group takes the new map,
+// which may come just after the backend's next call. Half a minute, then
+// the test fails with what Ceph listed last.
+func (s *suite) waitClients(name, after, want string, ok func([]rbd.Client) bool) {
+	s.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cs, err := s.Backend.Clients(s.ctx(), s.Pool, name)
+		s.must(err, "Clients")
+		if ok(cs) {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("Clients 30 s after %s = %+v, want %s", after, cs, want)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
