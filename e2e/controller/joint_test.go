@@ -112,15 +112,7 @@ func setLinkA(t *testing.T, dir, state string) (restore func()) {
 		}
 	}
 	set(state)
-	restored := false
-	restore = func() {
-		if !restored {
-			restored = true
-			set("up")
-		}
-	}
-	t.Cleanup(restore)
-	return restore
+	return harness.UndoOnce(t, func() { set("up") })
 }
 
 // remoteDir makes an empty directory on m; the test's cleanup removes it

@@ -37,16 +37,11 @@ func PauseOSDs(t testing.TB, c Cluster) (resume func()) {
 
 func pause(t testing.TB, pids []int) (resume func()) {
 	t.Helper()
-	resumed := false
-	resume = func() {
-		if !resumed {
-			resumed = true
-			for _, pid := range pids {
-				Must(t, syscall.Kill(pid, syscall.SIGCONT), "SIGCONT %d", pid)
-			}
+	resume = UndoOnce(t, func() {
+		for _, pid := range pids {
+			Must(t, syscall.Kill(pid, syscall.SIGCONT), "SIGCONT %d", pid)
 		}
-	}
-	t.Cleanup(resume)
+	})
 	for _, pid := range pids {
 		Must(t, syscall.Kill(pid, syscall.SIGSTOP), "SIGSTOP %d", pid)
 		// The signal is delivered asynchronously: wait until it is stopped.
@@ -99,13 +94,19 @@ func cutLink(t testing.TB, link string) (resume func()) {
 		Must(t, err, "ip link set %s %s: %s", link, state, out)
 	}
 	setLink("down")
-	resumed := false
-	resume = func() {
-		if !resumed {
-			resumed = true
-			setLink("up")
+	return UndoOnce(t, func() { setLink("up") })
+}
+
+// UndoOnce returns undo run at most once: by the caller, or else by the
+// test's cleanup.
+func UndoOnce(t testing.TB, undo func()) func() {
+	done := false
+	once := func() {
+		if !done {
+			done = true
+			undo()
 		}
 	}
-	t.Cleanup(resume)
-	return resume
+	t.Cleanup(once)
+	return once
 }
