@@ -103,4 +103,36 @@ type Backend interface {
 	// Unblocklist lifts the entry of addr; an address that is not
 	// blocklisted is fine.
 	Unblocklist(ctx context.Context, monHost string, cred config.Credentials, addr string) error
+
+	GroupBackend
+}
+
+// GroupBackend is RBD groups and their snapshots: one snapshot taken at
+// the same instant across several images, which CloneSpec.ParentSnapID
+// then clones from. Groups and images are in one pool (p). A group
+// snapshot's image snapshots live in RBD's group namespace: they are not
+// in Family.Snaps, and a removed group snapshot that clones still need
+// moves to the trash namespace (counted in TrashedSnaps) like a user one.
+type GroupBackend interface {
+	// GroupSnapshots is nil when this backend's library can take group
+	// snapshots and clone from them, or ErrNotSupported saying what it
+	// lacks. Every other call of GroupBackend, and a clone by
+	// ParentSnapID, is then ErrNotSupported too.
+	GroupSnapshots() error
+	// CreateGroup makes an empty group: ErrExists for a taken name.
+	CreateGroup(ctx context.Context, p Pool, group string) error
+	// AddToGroup adds an image to a group. An image already in this
+	// group is fine; one in another group is ErrExists (an image is in
+	// one group at most); a missing group or image is ErrNotFound.
+	AddToGroup(ctx context.Context, p Pool, group, image string) error
+	// SnapshotGroup takes the group snapshot snap of all the group's
+	// images at once, or returns the complete one of that name already
+	// there; an incomplete one (a crash while it was taken) is removed
+	// and taken again. ErrNotFound for a missing group.
+	SnapshotGroup(ctx context.Context, p Pool, group, snap string) (GroupSnap, error)
+	// RemoveGroup takes every image out of the group, removes its
+	// snapshots and then the group. A missing group is fine.
+	RemoveGroup(ctx context.Context, p Pool, group string) error
+	// ListGroups returns the pool's group names, sorted.
+	ListGroups(ctx context.Context, p Pool) ([]string, error)
 }

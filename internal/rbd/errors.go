@@ -23,4 +23,7 @@ var (
 	// ErrUnusableKey: the Ceph client cannot read or use the user's key
 	// (an AES256K key in a client older than Squid 19.2.6).
 	ErrUnusableKey = errors.New("unusable key")
+	// ErrNotSupported: this backend's Ceph library lacks the call (group
+	// snapshots before Squid 19).
+	ErrNotSupported = errors.New("not supported by this Ceph library")
 )

@@ -137,9 +137,26 @@ func ValidClientAddr(addr string) error {
 	return nil
 }
 
+// GroupSnap is one complete group snapshot: the snapshot each image of
+// the group had taken in it.
+type GroupSnap struct {
+	Members []GroupMember // sorted by Image
+}
+
+// GroupMember is one image's snapshot in a group snapshot, by the RBD
+// snapshot ID a clone takes (CloneSpec.ParentSnapID).
+type GroupMember struct {
+	Image  string
+	SnapID uint64
+}
+
 // CloneSpec is a copy-on-write child of a parent image's snapshot.
 type CloneSpec struct {
 	ParentImage, ParentSnap string
+	// ParentSnapID, when not zero, names the parent snapshot by ID instead
+	// of ParentSnap: the only way to reach a group snapshot's image
+	// snapshot (GroupMember.SnapID).
+	ParentSnapID uint64
 	// DropMetadataPrefixes: RBD copies the parent's metadata into a clone;
 	// keys with one of these prefixes are the parent's own (bookkeeping,
 	// QoS limits) and removed, unless the clone's Metadata sets them.
