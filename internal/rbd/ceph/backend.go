@@ -30,6 +30,9 @@ type Backend struct {
 	conns    *Conns
 	observer rbd.Observer
 	fault    func(string)
+	// groupSnaps is GroupSnapshots' answer, learnt once from the linked
+	// librbd.
+	groupSnaps error
 }
 
 // NewBackend returns a backend over the given connection cache.
@@ -38,7 +41,7 @@ func NewBackend(conns *Conns, o BackendOptions) *Backend {
 	if fault == nil {
 		fault = func(string) {}
 	}
-	return &Backend{conns: conns, observer: o.Observer, fault: fault}
+	return &Backend{conns: conns, observer: o.Observer, fault: fault, groupSnaps: groupSnapshotSupport(defined)}
 }
 
 func (b *Backend) observe(op string, took time.Duration, err error) {

@@ -29,7 +29,7 @@ func classify(err error) error {
 		kind = rbd.ErrNotFound
 	case syscall.EEXIST:
 		kind = rbd.ErrExists
-	case syscall.EBUSY:
+	case syscall.EBUSY, syscall.EMLINK: // EMLINK: librbd removes no image in a group
 		kind = rbd.ErrBusy
 	case syscall.ENOTEMPTY:
 		kind = rbd.ErrHasSnapshots
@@ -41,6 +41,8 @@ func classify(err error) error {
 		kind = rbd.ErrPermission
 	case syscall.EINVAL, syscall.ERANGE, syscall.EDOM:
 		kind = rbd.ErrInvalid
+	case syscall.ENOSYS: // go-ceph's ErrNotImplemented: librbd lacks the call
+		kind = rbd.ErrNotSupported
 	default:
 		return err
 	}

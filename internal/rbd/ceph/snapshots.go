@@ -56,7 +56,10 @@ func (b *Backend) StatFamily(ctx context.Context, p rbd.Pool, name, id string) (
 				return fmt.Errorf("snapshot namespace of %s@%s: %w", name, s.Name, classify(err))
 			}
 			if ns != librbd.SnapNamespaceTypeUser {
-				// Group snapshots (not the driver's) always count.
+				// A group snapshot's image snapshot counts while its
+				// group snapshot lives: it is no user snapshot, and it
+				// blocks the image's removal (ENOTEMPTY) as a needed
+				// trashed one does.
 				if ns != librbd.SnapNamespaceTypeTrash || trashedSnapNeeded(ioctx, f.ID, s.Id) {
 					f.TrashedSnaps++
 				}
@@ -165,10 +168,15 @@ func (b *Backend) RemoveSnapshot(ctx context.Context, p rbd.Pool, imageID, snap 
 	})
 }
 
-// Clone makes a format 2 clone (no snapshot protection needed), grows it to
-// spec.Size if that is larger than the parent snapshot, and sets its
-// metadata last, so a clone without metadata is unfinished.
+// Clone makes a format 2 clone (no snapshot protection needed) of the
+// parent snapshot named by spec.ParentSnap, or by spec.ParentSnapID (a
+// group snapshot's, which needs rbd_clone4), grows it to spec.Size if that
+// is larger than the parent snapshot, and sets its metadata last, so a
+// clone without metadata is unfinished.
 func (b *Backend) Clone(ctx context.Context, parent, child rbd.Pool, name string, spec rbd.CloneSpec) error {
+	if spec.ParentSnapID != 0 && b.groupSnaps != nil {
+		return b.groupSnaps
+	}
 	return b.withIoctx(ctx, child, "Clone", func(cio *rados.IOContext) error {
 		conn, release, err := b.conns.get(ctx, parent.MonHost, parent.Cred)
 		if err != nil {
@@ -193,8 +201,8 @@ func (b *Backend) Clone(ctx context.Context, parent, child rbd.Pool, name string
 				return fmt.Errorf("data pool: %w", classify(err))
 			}
 		}
-		if err := librbd.CloneImage(pio, spec.ParentImage, spec.ParentSnap, cio, name, opts); err != nil {
-			return fmt.Errorf("cloning %s/%s@%s to %s/%s: %w", parent.Name, spec.ParentImage, spec.ParentSnap, child.Name, name, classify(err))
+		if err := cloneParent(pio, spec, cio, name, opts); err != nil {
+			return fmt.Errorf("cloning %s/%s to %s/%s: %w", parent.Name, parentSnapRef(spec), child.Name, name, classify(err))
 		}
 		b.fault("Clone:cloned")
 		img, err := librbd.OpenImage(cio, name, librbd.NoSnapshot)
