@@ -1,12 +1,14 @@
 // Package fake is an in-memory Ceph that implements the storage contract
 // (internal/rbd.Backend) the way RBD does: images in a pool directory,
-// snapshots in the user and trash namespaces, format 2 clones linked to
-// their parent's snapshot, image metadata, and RADOS objects with data and
-// omap. It keeps no image data. The contract suite (internal/rbd/rbdtest)
-// runs against it and against real Ceph, so the two cannot drift apart.
+// snapshots in the user, group and trash namespaces, groups and their
+// snapshots, format 2 clones linked to their parent's snapshot, image
+// metadata, and RADOS objects with data and omap. It keeps no image data.
+// The contract suite (internal/rbd/rbdtest) runs against it and against
+// real Ceph, so the two cannot drift apart.
 //
 // Beyond the contract it offers hooks that make the states a crash or
-// another client leaves (Watch, RemoveHeader, DetachBehind, SetFull),
+// another client leaves (Watch, RemoveHeader, DetachBehind, SetFull,
+// IncompleteGroupSnap),
 // for tests of the code above it.
 package fake
 
@@ -35,6 +37,10 @@ type Options struct {
 	Fault func(point string)
 	// Now is the clock of creation times. Default: time.Now.
 	Now func() time.Time
+	// NoGroupSnapshots makes a client whose library lacks group snapshots,
+	// as Pacific's and Reef's librbd: GroupSnapshots, every other call of
+	// rbd.GroupBackend and a clone by ParentSnapID are ErrNotSupported.
+	NoGroupSnapshots bool
 }
 
 // Ceph is a client of one in-memory cluster. It is safe for concurrent use.
@@ -43,6 +49,8 @@ type Ceph struct {
 	fault func(string)
 	// addr is this client's address, as Watchers and the blocklist name it.
 	addr string
+	// groupSnaps is what GroupSnapshots answers.
+	groupSnaps error
 }
 
 // cluster is the state every client of one fake cluster shares.
@@ -73,6 +81,7 @@ type space struct {
 	dir     map[string]string // image name -> ID, the pool directory
 	images  map[string]*image // by ID; a directory entry without one is headerless
 	objects map[string]*object
+	groups  map[string]*group // by name
 }
 
 type image struct {
@@ -89,6 +98,8 @@ type image struct {
 	locker   string
 	// sparsified counts Sparsify calls (the fake keeps no data).
 	sparsified int
+	// group is the group the image is in, if any.
+	group *group
 }
 
 // link ties a clone to the snapshot it depends on.
@@ -105,6 +116,9 @@ type snapshot struct {
 	created time.Time
 	// children are the clones depending on the snapshot, by childKey.
 	children map[string]bool
+	// group, when set, is the ID of the group snapshot this snapshot was
+	// taken in: it is in the RBD group namespace, not the user's.
+	group string
 }
 
 type object struct {
@@ -128,6 +142,9 @@ func New(o Options) *Ceph {
 	}
 	cl := &cluster{now: o.Now, avail: o.Available, pools: map[string]*pool{}, blocklist: map[string]time.Time{}}
 	c := &Ceph{cluster: cl, fault: o.Fault, addr: cl.newAddr()}
+	if o.NoGroupSnapshots {
+		c.groupSnaps = fmt.Errorf("%w: this fake client's library has no group snapshots (Options.NoGroupSnapshots, as Pacific's and Reef's librbd)", rbd.ErrNotSupported)
+	}
 	for _, p := range o.Pools {
 		c.AddPool(p)
 	}
@@ -135,12 +152,13 @@ func New(o Options) *Ceph {
 }
 
 // Client is another client of the same cluster, with a fault hook of its
-// own: a process about to crash beside a healthy one. Nil: no faults.
+// own: a process about to crash beside a healthy one. Nil: no faults. It
+// has the same library as c (NoGroupSnapshots).
 func (c *Ceph) Client(fault func(point string)) *Ceph {
 	if fault == nil {
 		fault = func(string) {}
 	}
-	return &Ceph{cluster: c.cluster, fault: fault, addr: c.newAddr()}
+	return &Ceph{cluster: c.cluster, fault: fault, addr: c.newAddr(), groupSnaps: c.groupSnaps}
 }
 
 // newAddr makes the address of a new client instance: the same host,
@@ -195,7 +213,7 @@ func (c *Ceph) space(p rbd.Pool) (*space, error) {
 	}
 	s := pl.spaces[p.Namespace]
 	if s == nil {
-		s = &space{dir: map[string]string{}, images: map[string]*image{}, objects: map[string]*object{}}
+		s = &space{dir: map[string]string{}, images: map[string]*image{}, objects: map[string]*object{}, groups: map[string]*group{}}
 		pl.spaces[p.Namespace] = s
 	}
 	return s, nil

@@ -141,6 +141,27 @@ func (c *Ceph) DetachBehind(p rbd.Pool, child string) error {
 	return nil
 }
 
+// IncompleteGroupSnap leaves the group snapshot snap as a taker that
+// crashed midway does: recorded as incomplete, with a snapshot (in the
+// group namespace) of the group's first image only.
+func (c *Ceph) IncompleteGroupSnap(p rbd.Pool, group, snap string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, err := c.space(p)
+	if err != nil {
+		return err
+	}
+	g := s.groups[group]
+	switch {
+	case g == nil:
+		return fmt.Errorf("%w: group %s", rbd.ErrNotFound, group)
+	case g.snap(snap) != nil:
+		return fmt.Errorf("%w: group snapshot %s@%s", rbd.ErrExists, group, snap)
+	}
+	_, err = c.takeSnap(s, g, snap, g.images[:min(1, len(g.images))])
+	return err
+}
+
 // Sparsified reports how often Sparsify ran on the image (0 if none).
 func (c *Ceph) Sparsified(p rbd.Pool, name string) int {
 	c.mu.Lock()

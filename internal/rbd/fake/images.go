@@ -151,10 +151,11 @@ func (c *Ceph) ListImages(ctx context.Context, p rbd.Pool) ([]string, error) {
 }
 
 // RemoveImage removes an image as librbd does: refused while it has user
-// snapshots or trashed ones a clone needs (ErrHasSnapshots), then while
-// another client watches it (ErrBusy). Trashed snapshots without clones go
-// with it; a clone is detached from its parent's snapshot. A directory
-// entry without a header is dropped.
+// or group snapshots or trashed ones a clone needs (ErrHasSnapshots), then
+// while another client watches it or it is in a group (ErrBusy; librbd's
+// EMLINK). Trashed snapshots without clones go with it; a clone is
+// detached from its parent's snapshot. A directory entry without a header
+// is dropped.
 func (c *Ceph) RemoveImage(ctx context.Context, p rbd.Pool, name string) error {
 	if err := c.begin(ctx); err != nil {
 		return err
@@ -180,6 +181,9 @@ func (c *Ceph) RemoveImage(ctx context.Context, p rbd.Pool, name string) error {
 	}
 	if len(img.watchers) > 0 {
 		return fmt.Errorf("removing image %s/%s: %w", p.Name, name, rbd.ErrBusy)
+	}
+	if img.group != nil {
+		return fmt.Errorf("removing image %s/%s: %w: it is in group %s", p.Name, name, rbd.ErrBusy, img.group.name)
 	}
 	c.detach(p, img)
 	delete(s.dir, name)

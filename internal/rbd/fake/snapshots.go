@@ -35,6 +35,11 @@ func (c *Ceph) StatFamily(ctx context.Context, p rbd.Pool, name, id string) (rbd
 	f := rbd.Family{ImageInfo: img.info(), Watchers: len(img.watchers), Created: img.created}
 	for _, sn := range img.snaps {
 		switch {
+		case sn.group != "":
+			// Not the user's, and it blocks the image's removal as
+			// long as its group snapshot lives, as the real backend
+			// counts it.
+			f.TrashedSnaps++
 		case !sn.trash:
 			f.Snaps = append(f.Snaps, rbd.SnapInfo{Name: sn.name, Size: sn.size, Created: sn.created})
 		case len(sn.children) > 0:
@@ -102,11 +107,33 @@ func (img *image) dropSnap(id uint64) {
 
 func (img *image) userSnap(name string) *snapshot {
 	for _, sn := range img.snaps {
-		if !sn.trash && sn.name == name {
+		if !sn.trash && sn.group == "" && sn.name == name {
 			return sn
 		}
 	}
 	return nil
+}
+
+// liveSnap finds a snapshot by ID in the user or the group namespace, as
+// rbd_clone4 reaches it (not a trashed one).
+func (img *image) liveSnap(id uint64) *snapshot {
+	for _, sn := range img.snaps {
+		if !sn.trash && sn.id == id {
+			return sn
+		}
+	}
+	return nil
+}
+
+// release removes a snapshot the user or its group snapshot deleted, or
+// moves it to the trash namespace (under a name of its own, as RBD does)
+// while clones need it.
+func (img *image) release(sn *snapshot) {
+	if len(sn.children) == 0 {
+		img.dropSnap(sn.id)
+		return
+	}
+	sn.trash, sn.group, sn.name = true, "", "trashed-"+strconv.FormatUint(sn.id, 10)
 }
 
 // CreateSnapshot snapshots an image at its current size.
@@ -140,17 +167,17 @@ func (c *Ceph) RemoveSnapshot(ctx context.Context, p rbd.Pool, imageID, snap str
 	if sn == nil {
 		return fmt.Errorf("removing snapshot %s: %w", snap, rbd.ErrNotFound)
 	}
-	if len(sn.children) == 0 {
-		img.dropSnap(sn.id)
-		return nil
-	}
-	sn.trash, sn.name = true, "trashed-"+strconv.FormatUint(sn.id, 10)
+	img.release(sn)
 	return nil
 }
 
 // Clone makes a format 2 clone with the fault point "Clone:cloned" between
-// linking it and setting it up (size, metadata), as the real backend.
+// linking it and setting it up (size, metadata), as the real backend. A
+// parent snapshot named by ParentSnapID may be a group snapshot's.
 func (c *Ceph) Clone(ctx context.Context, parent, child rbd.Pool, name string, spec rbd.CloneSpec) error {
+	if spec.ParentSnapID != 0 && c.groupSnaps != nil {
+		return c.groupSnaps
+	}
 	if err := c.link(ctx, parent, child, name, spec); err != nil {
 		return err
 	}
@@ -186,9 +213,14 @@ func (c *Ceph) link(ctx context.Context, parent, child rbd.Pool, name string, sp
 	if err != nil {
 		return err
 	}
+	ref := spec.ParentImage + "@" + spec.ParentSnap
 	sn := pimg.userSnap(spec.ParentSnap)
+	if spec.ParentSnapID != 0 {
+		ref = spec.ParentImage + "@#" + strconv.FormatUint(spec.ParentSnapID, 10)
+		sn = pimg.liveSnap(spec.ParentSnapID)
+	}
 	if sn == nil {
-		return fmt.Errorf("cloning %s@%s: snapshot %w", spec.ParentImage, spec.ParentSnap, rbd.ErrNotFound)
+		return fmt.Errorf("cloning %s: snapshot %w", ref, rbd.ErrNotFound)
 	}
 	cs, err := c.imageSpace(child)
 	if err != nil {
@@ -196,7 +228,7 @@ func (c *Ceph) link(ctx context.Context, parent, child rbd.Pool, name string, sp
 	}
 	img, err := c.create(cs, name, sn.size, spec.Features)
 	if err != nil {
-		return fmt.Errorf("cloning %s@%s to %s: %w", spec.ParentImage, spec.ParentSnap, name, err)
+		return fmt.Errorf("cloning %s to %s: %w", ref, name, err)
 	}
 	img.meta = copyMap(pimg.meta)
 	img.parent = &link{pool: parent.Name, ns: parent.Namespace, imageID: pimg.id, snapID: sn.id}
