@@ -63,6 +63,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"WatcherBlocksRemoval", testWatcherBlocksRemoval},
 		{"HalfRemovedImage", testHalfRemovedImage},
 		{"CloneLessTrashedSnapshot", testCloneLessTrashedSnapshot},
+		{"GroupSnapshots", testGroupSnapshots},
 		{"Claims", testClaims},
 		{"Omap", testOmap},
 		{"Blocklist", testBlocklist},
@@ -146,14 +147,26 @@ func (s *suite) listed(name string) bool {
 	return false
 }
 
-// cleanup removes the case's images (clones before parents, snapshots
-// first) and objects, whatever state a failure left them in. An image a
-// dropped client still watches cannot go until the OSD lets the watch
-// time out (30 s), so passes go on while anything is left, for a while.
+// cleanup removes the case's groups (with their snapshots), images
+// (clones before parents, snapshots first) and objects, whatever state a
+// failure left them in. An image a dropped client still watches cannot go
+// until the OSD lets the watch time out (30 s), so passes go on while
+// anything is left, for a while.
 func (s *suite) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	b, p := s.Backend, s.Pool
+	groups, err := b.ListGroups(ctx, p)
+	if err != nil && !errors.Is(err, rbd.ErrNotSupported) {
+		s.t.Errorf("cleanup: %v", err)
+	}
+	for _, g := range groups {
+		if strings.HasPrefix(g, s.prefix) {
+			if err := b.RemoveGroup(ctx, p, g); err != nil {
+				s.t.Errorf("cleanup of group %s: %v", g, err)
+			}
+		}
+	}
 	for {
 		names, err := b.ListImages(ctx, p)
 		if err != nil {
