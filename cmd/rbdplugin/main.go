@@ -219,6 +219,13 @@ func run(ctx context.Context, f flags) error {
 		ctrl := controller.New(o)
 		defer ctrl.Close()
 		services.Controller = ctrl
+		// Group snapshots need librbd's rbd_clone4 (Squid 19+): served
+		// and advertised only where the library has it.
+		if err := ctrl.GroupSnapshots(); err != nil {
+			klog.InfoS("not serving group snapshots", "reason", err.Error())
+		} else {
+			services.GroupController = ctrl.GroupController()
+		}
 	}
 	var topology map[string]string
 	if f.mode != "controller" {
@@ -253,7 +260,7 @@ func run(ctx context.Context, f flags) error {
 	// A controller places volumes by topology wherever the CO asks for it;
 	// a node plugin advertises topology only when it reports its own, as
 	// the CSI spec requires of NodeGetInfo then.
-	caps := driver.Capabilities{Controller: services.Controller != nil, Topology: f.mode == "controller" || len(topology) > 0}
+	caps := driver.Capabilities{Controller: services.Controller != nil, GroupController: services.GroupController != nil, Topology: f.mode == "controller" || len(topology) > 0}
 	services.Identity = driver.NewIdentity(f.driverName, version, caps, checks...)
 
 	l, cleanup, err := driver.Listen(f.endpoint)

@@ -45,6 +45,9 @@ const (
 	// metaNamePrefix holds the StorageClass's volumeNamePrefix of an
 	// image not named with the default volumePrefix (names.go).
 	metaNamePrefix = "rbdcsi.nameprefix"
+	// metaGroupSnap holds, on a group snapshot's member image, the group
+	// snapshot's ID; written last, it marks the member image finished.
+	metaGroupSnap = "rbdcsi.groupsnapshot"
 )
 
 // Name prefixes of what the driver creates in a pool.
@@ -54,6 +57,9 @@ const (
 	// snapshots or clones; it is removed with its last dependent.
 	hiddenPrefix = "csi-del-"
 	snapPrefix   = "csi-snap-"
+	// groupPrefix names a group snapshot's temporary RBD group and, while
+	// it is made, its member images (groupsnap.go).
+	groupPrefix = "csi-vgs-"
 	// tmpSnapPrefix names the snapshot a volume-to-volume clone is made
 	// from; it is deleted right after and lives on only in the RBD trash
 	// namespace while the clone depends on it.
@@ -152,6 +158,7 @@ const (
 	reclaimedTmpSnap     = "temporary-snapshot" // a volume clone's, no retry came back for
 	reclaimedClaim       = "snapshot-claim"     // a snapshot name claim no retry came back for
 	reclaimedFence       = "expired-fence"      // a fence record whose blocklist entries Ceph dropped, of a node that never lifted them
+	reclaimedGroup       = "group-snapshot"     // an unfinished group snapshot no retry came back for, rolled back
 )
 
 type nopUpkeep struct{}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
+	"strconv"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -64,6 +65,49 @@ func (n naming) image(prefix, requestName string) string {
 
 // snap derives the RBD snapshot name from the CreateSnapshot name.
 func (n naming) snap(requestName string) string { return snapPrefix + n.hash(requestName, 8) }
+
+// group names the RBD group of a group snapshot, from its request name
+// (48 bits of hash: member snapshot names have room for no more; the
+// record's stored request name catches a collision).
+func (n naming) group(requestName string) string {
+	return groupPrefix + n.hash("group/"+requestName, 6) + n.suffix()
+}
+
+// groupHash is the hash part of one of the instance's group names.
+func (n naming) groupHash(group string) (string, bool) {
+	h, ok := n.own(group, groupPrefix)
+	return h, ok && len(h) == 12 && isLowerHex(h)
+}
+
+func (n naming) isGroup(group string) bool { _, ok := n.groupHash(group); return ok }
+
+// groupOf is the group name of a group hash.
+func (n naming) groupOf(hash string) string { return groupPrefix + hash + n.suffix() }
+
+// groupMember names member image i of a group snapshot while it is made.
+func (n naming) groupMember(hash string, i int) string {
+	return groupPrefix + hash + "-" + strconv.Itoa(i) + n.suffix()
+}
+
+// isGroupMember tells the member images of the group snapshot of hash.
+func (n naming) isGroupMember(hash, name string) bool {
+	i, ok := n.own(name, groupPrefix+hash+"-")
+	_, err := strconv.Atoi(i)
+	return ok && err == nil
+}
+
+// groupMemberSnap names the snapshot of member i of a group snapshot; a
+// "-" in it tells it from CreateSnapshot's (groupOfSnap).
+func (n naming) groupMemberSnap(hash string, i int) string {
+	return snapPrefix + hash + "-" + strconv.Itoa(i)
+}
+
+// groupOfSnap is the group hash of a group snapshot's member snapshot.
+func groupOfSnap(snap string) (string, bool) {
+	rest, ok := strings.CutPrefix(snap, snapPrefix)
+	h, _, member := strings.Cut(rest, "-")
+	return h, ok && member && len(h) == 12 && isLowerHex(h)
+}
 
 // tmpSnap names the snapshot a volume clone is made from.
 func (n naming) tmpSnap(requestName string) string { return tmpSnapPrefix + n.hash(requestName, 8) }

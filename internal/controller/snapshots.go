@@ -123,6 +123,9 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	if err != nil {
 		return nil, err
 	}
+	if err := c.memberOfLiveGroup(ctx, pool, snap); err != nil {
+		return nil, err
+	}
 	if err := c.deleteSnapshot(ctx, pool, id, snap); err != nil {
 		return nil, err
 	}
@@ -313,7 +316,11 @@ func (c *Controller) snapshotEntries(clusterID, pool string, fam rbd.Family, onl
 			continue
 		}
 		id := volid.Snapshot{ClusterID: clusterID, Pool: pool, ImageID: fam.ID, Snap: s.Name}
-		out = append(out, &csi.ListSnapshotsResponse_Entry{Snapshot: snapshotOf(id, srcID, s)})
+		snap := snapshotOf(id, srcID, s)
+		if _, member := groupOfSnap(s.Name); member {
+			snap.GroupSnapshotId = fam.Metadata[metaGroupSnap]
+		}
+		out = append(out, &csi.ListSnapshotsResponse_Entry{Snapshot: snap})
 	}
 	return out
 }

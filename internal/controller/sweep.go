@@ -22,7 +22,8 @@ const sweepTimeout = time.Hour
 //   - unfinished volume images (created, never given their name) of a
 //     CreateVolume that was not retried;
 //   - temporary snapshots of volume clones that were not retried;
-//   - snapshot name claims of a CreateSnapshot that was not retried.
+//   - snapshot name claims of a CreateSnapshot that was not retried;
+//   - the RBD groups of group snapshots a crash interrupted (groupsnap.go).
 //
 // A sweep runs after a delete in a pool, with that request's credentials,
 // at most once per interval; a restarted controller sweeps at the first
@@ -166,6 +167,9 @@ func (s *sweeper) sweep(ctx context.Context, pool rbd.Pool) error {
 		if err != nil {
 			klog.ErrorS(err, "sweeping an image", "pool", pool.Name, "image", name)
 		}
+	}
+	if err := s.sweepGroups(ctx, pool); err != nil {
+		klog.ErrorS(err, "sweeping group snapshots' RBD groups", "pool", pool.Name)
 	}
 	if err := s.sweepStaticTmp(ctx, pool); err != nil {
 		klog.ErrorS(err, "sweeping static images' temporary snapshots", "pool", pool.Name)

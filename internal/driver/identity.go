@@ -27,6 +27,8 @@ type Identity struct {
 type Capabilities struct {
 	// Controller: the process serves the Controller service.
 	Controller bool
+	// GroupController: the process serves the GroupController service.
+	GroupController bool
 	// Topology: volumes may be accessible from part of the cluster only
 	// (the controller places them by topology; a node reports its own).
 	Topology bool
@@ -55,6 +57,7 @@ func (i *Identity) GetPluginCapabilities(context.Context, *csi.GetPluginCapabili
 		t  csi.PluginCapability_Service_Type
 	}{
 		{i.caps.Controller, csi.PluginCapability_Service_CONTROLLER_SERVICE},
+		{i.caps.GroupController, csi.PluginCapability_Service_GROUP_CONTROLLER_SERVICE},
 		{i.caps.Topology, csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS},
 	} {
 		if c.on {

@@ -17,7 +17,10 @@ import (
 type Services struct {
 	Identity   csi.IdentityServer
 	Controller csi.ControllerServer
-	Node       csi.NodeServer
+	// GroupController: volume group snapshots, where the controller
+	// can take them.
+	GroupController csi.GroupControllerServer
+	Node            csi.NodeServer
 }
 
 // Server serves CSI on one listener.
@@ -35,6 +38,9 @@ func NewServer(s Services, interceptors ...grpc.UnaryServerInterceptor) *Server 
 	}
 	if s.Controller != nil {
 		csi.RegisterControllerServer(g, s.Controller)
+	}
+	if s.GroupController != nil {
+		csi.RegisterGroupControllerServer(g, s.GroupController)
 	}
 	if s.Node != nil {
 		csi.RegisterNodeServer(g, s.Node)

@@ -24,11 +24,13 @@ const (
 	maxImageLen   = 64
 	maxImageIDLen = 24 // RBD image IDs are 12-16 hex digits
 	maxSnapLen    = 26
+	maxGroupLen   = 64
 )
 
 const (
 	volumePrefix   = "v1"
 	snapshotPrefix = "s1"
+	groupPrefix    = "g1"
 	sep            = ":"
 )
 
@@ -50,6 +52,15 @@ type Snapshot struct {
 	Pool      string
 	ImageID   string
 	Snap      string
+}
+
+// Group identifies a group snapshot: the RBD group it was taken of, by
+// name (the group itself is gone once the snapshot is taken; the name
+// keys the driver's record of it).
+type Group struct {
+	ClusterID string
+	Pool      string
+	Group     string
 }
 
 // ValidClusterID reports whether s may be used as a clusterID.
@@ -115,6 +126,36 @@ func (s Snapshot) Validate() error {
 		return err
 	}
 	return validPart("snapshot", s.Snap, maxSnapLen)
+}
+
+// String encodes the group snapshot ID.
+func (g Group) String() string {
+	return strings.Join([]string{groupPrefix, g.ClusterID, g.Pool, g.Group}, sep)
+}
+
+// Validate checks every part, so that String() is a valid ID.
+func (g Group) Validate() error {
+	if err := ValidClusterID(g.ClusterID); err != nil {
+		return err
+	}
+	if err := ValidPool(g.Pool); err != nil {
+		return err
+	}
+	return validPart("group", g.Group, maxGroupLen)
+}
+
+// DecodeGroup parses a group snapshot ID; any other string yields
+// ErrMalformed.
+func DecodeGroup(id string) (Group, error) {
+	parts, err := split(id, groupPrefix, 4)
+	if err != nil {
+		return Group{}, err
+	}
+	g := Group{ClusterID: parts[1], Pool: parts[2], Group: parts[3]}
+	if g.Validate() != nil {
+		return Group{}, ErrMalformed
+	}
+	return g, nil
 }
 
 // DecodeVolume parses a volume ID; any other string yields ErrMalformed.

@@ -44,6 +44,23 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 }
 
+func TestGroupRoundTrip(t *testing.T) {
+	g := Group{ClusterID: "c1", Pool: "rbd", Group: "csi-vgs-00112233445566778899"}
+	got, err := DecodeGroup(g.String())
+	if err != nil || got != g {
+		t.Fatalf("DecodeGroup = %+v, %v; want %+v", got, err, g)
+	}
+	long := Group{ClusterID: strings.Repeat("c", MaxClusterIDLen), Pool: strings.Repeat("p", MaxPoolLen), Group: strings.Repeat("g", 40)}
+	if n := len(long.String()); n > MaxLen {
+		t.Fatalf("a group ID with a 40-byte group name is %d bytes, over %d", n, MaxLen)
+	}
+	for _, id := range []string{g.String() + ":x", "g1:c:p:", "g1:c:p:..", "v1:c:p:i", "s1:c:p:i:s", "g2:c:p:g"} {
+		if v, err := DecodeGroup(id); err != ErrMalformed {
+			t.Errorf("DecodeGroup(%.40q) = %+v, %v; want ErrMalformed", id, v, err)
+		}
+	}
+}
+
 func TestDecodeMalformed(t *testing.T) {
 	for _, id := range []string{
 		"", "v1", "v1:", "v1:c:p", "v1:c:p:i:x", "v2:c:p:i", "V1:c:p:i", "v1::p:i", "v1:c::i", "v1:c:p:",
