@@ -13,7 +13,7 @@ import (
 // sidecarSecretOps are the operations whose secrets the controller's
 // sidecars fetch from the API. The node-stage secret is kubelet's to
 // fetch, with its own rights.
-var sidecarSecretOps = []string{"provisioner", "controller-publish", "controller-expand", "controller-modify", "snapshotter", "groupsnapshotter"}
+var sidecarSecretOps = []string{"provisioner", "controller-publish", "controller-expand", "controller-modify", "snapshotter", "group-snapshotter"}
 
 // TestSecretReaderNamesItsSecrets: the controller may get exactly the
 // Secrets the StorageClasses and VolumeSnapshotClasses name for its

@@ -20,7 +20,7 @@ var sidecarParams = map[string]bool{
 
 func init() {
 	for _, op := range []string{"provisioner", "controller-publish", "node-stage", "node-publish",
-		"controller-expand", "node-expand", "controller-modify", "snapshotter", "groupsnapshotter"} {
+		"controller-expand", "node-expand", "controller-modify", "snapshotter", "group-snapshotter"} {
 		sidecarParams["csi.storage.k8s.io/"+op+"-secret-name"] = true
 		sidecarParams["csi.storage.k8s.io/"+op+"-secret-namespace"] = true
 	}

@@ -320,6 +320,9 @@ func (p *Plugin) Logs() string { return p.logs.String() }
 func (p *Plugin) Identity() csi.IdentityClient     { return csi.NewIdentityClient(p.Conn) }
 func (p *Plugin) Controller() csi.ControllerClient { return csi.NewControllerClient(p.Conn) }
 func (p *Plugin) Node() csi.NodeClient             { return csi.NewNodeClient(p.Conn) }
+func (p *Plugin) GroupController() csi.GroupControllerClient {
+	return csi.NewGroupControllerClient(p.Conn)
+}
 
 // WriteControllerSecretDir writes the userID/userKey files the controller
 // reads with --controller-secret-dir, laid out as a mounted Secret.

@@ -67,7 +67,7 @@ func (c Cluster) trashLeaks() []string {
 }
 
 // objectLeaks lists the driver's and RBD's objects left in the pool but
-// the index objects, of any instance.
+// the index objects, of any instance: images' and groups'.
 func (c Cluster) objectLeaks() []string {
 	out, err := c.Rados(append(c.poolArgs(), "ls")...)
 	if err != nil {
@@ -78,7 +78,7 @@ func (c Cluster) objectLeaks() []string {
 		base, _, _ := strings.Cut(strings.TrimPrefix(obj, "rbdcsi."), ".")
 		index := strings.HasPrefix(obj, "rbdcsi.") && (base == "nodes" || base == "snapclaims" || base == "statictmp")
 		if !index && (strings.HasPrefix(obj, "rbdcsi.") || strings.HasPrefix(obj, "rbd_header.") ||
-			strings.HasPrefix(obj, "rbd_data.") || strings.HasPrefix(obj, "rbd_id.")) {
+			strings.HasPrefix(obj, "rbd_data.") || strings.HasPrefix(obj, "rbd_id.") || strings.HasPrefix(obj, "rbd_group_header.")) {
 			left = append(left, "object "+obj)
 		}
 	}
