@@ -23,7 +23,8 @@
 # Each cluster listens on 127.0.0.1 only. Whatever a chroot starts ends with
 # it (private mount and PID namespaces); the work directory goes on exit.
 # Environment: MATRIX_RUN='TestCreate' picks tests (go test -run) in every
-# suite; MATRIX_KEEP=1 keeps the work directory (logs).
+# suite; MATRIX_VERBOSE=1 runs them with -test.v; MATRIX_KEEP=1 keeps the
+# work directory (logs).
 set -euo pipefail
 
 readonly PROG=${0##*/}
@@ -127,7 +128,7 @@ readonly RUN_SUITES='set -u; src=$1 bin=$2; shift 2; rc=0
 		fi
 		echo "=== suite e2e/$s"; t=$SECONDS
 		(cd "$src/e2e/$s" && RBDPLUGIN=$bin/rbdplugin "$bin/$s.test" -test.count=1 -test.timeout=30m "${args[@]}" \
-			${MATRIX_RUN:+-test.run="$MATRIX_RUN"}) || { echo "--- FAIL: suite e2e/$s"; rc=1; }
+			${MATRIX_RUN:+-test.run="$MATRIX_RUN"} ${MATRIX_VERBOSE:+-test.v}) || { echo "--- FAIL: suite e2e/$s"; rc=1; }
 		echo "=== suite e2e/$s took $((SECONDS - t)) s"
 	done
 	exit $rc'
@@ -157,7 +158,7 @@ cell() {
 	log "$name: $suite cluster, plugin and tests built on $client"
 	if [[ $client == "$suite" ]]; then
 		# All in one chroot; with-cluster.sh tears the cluster down.
-		SUITE_BINDS=$work SUITE_ENV="RBDCSI_E2E_AES256K_CLIENT=$aes256k ${MATRIX_RUN:+MATRIX_RUN=$MATRIX_RUN}" \
+		SUITE_BINDS=$work SUITE_ENV="RBDCSI_E2E_AES256K_CLIENT=$aes256k ${MATRIX_RUN:+MATRIX_RUN=$MATRIX_RUN} ${MATRIX_VERBOSE:+MATRIX_VERBOSE=1}" \
 			"$ROOT/scripts/suite.sh" run "$suite" /src/scripts/with-cluster.sh \
 			/bin/bash -c "$RUN_SUITES" run /src "$bin" "${SUITES[@]}" >"$work/$name.log" 2>&1 || rc=$?
 	else
@@ -169,6 +170,7 @@ cell() {
 			[[ $line =~ ^export\ (CEPH_[A-Z_]+)=(.*)$ ]] && env+=("${BASH_REMATCH[1]}=${BASH_REMATCH[2]}")
 		done <"$work/hold/cluster/env"
 		[[ -z ${MATRIX_RUN:-} ]] || env+=("MATRIX_RUN=$MATRIX_RUN")
+		[[ -z ${MATRIX_VERBOSE:-} ]] || env+=("MATRIX_VERBOSE=1")
 		if [[ $client == host ]]; then
 			env "${env[@]}" /bin/bash -c "$RUN_SUITES" run "$ROOT" "$bin" "${SUITES[@]}" >"$work/$name.log" 2>&1 || rc=$?
 		else

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,7 +30,7 @@ func groupSnapshotsExpected(t *testing.T) (bool, string) {
 		t.Fatalf("rbd --version: %q", out)
 	}
 	major, _ := strconv.Atoi(string(m[1]))
-	return major >= 19, string(out)
+	return major >= 19, strings.TrimSpace(string(out))
 }
 
 // The plugin advertises and serves group snapshots exactly where its
