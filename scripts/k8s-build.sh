@@ -16,8 +16,15 @@
 #     plugin (Debian trixie's root with build/Dockerfile's runtime packages,
 #     scripts/rootfs.sh runtime, plus the plugin built against its librbd)
 #
-#   k8s-build.sh [all|cache|deps|kube|sidecars|tools|helm|images|plugin-image]   (default: all;
+#   k8s-build.sh [all|cache|deps|kube|sidecars|tools|helm|images|plugin-image [SUITE]]   (default: all;
 #                cache: all but the plugin image, which needs this commit's plugin)
+#
+# plugin-image SUITE builds the plugin image of another Debian suite (forky:
+# Tentacle's librbd, for the e2e's group snapshot pass), tagged
+# localhost/rbdcsi-e2e/rbdplugin:e2e-SUITE, into
+# $RBDCSI_E2E_CACHE/plugin-images/rbdplugin-SUITE.tar (outside images/, which
+# the node imports whole at boot); its root is the one rootfs.sh caches for the
+# Ceph matrix.
 #
 # Everything lands in $RBDCSI_E2E_CACHE (default /var/cache/rbdcsi-e2e),
 # outside the repository; a second run only rebuilds the plugin image. Each
@@ -43,7 +50,6 @@ readonly HELM_VERSION=v4.3.1
 # only: pods run them with imagePullPolicy Never.
 readonly PAUSE_IMAGE=localhost/rbdcsi-e2e/pause:3.10
 readonly BUSYBOX_IMAGE=localhost/rbdcsi-e2e/busybox:1.35
-readonly PLUGIN_IMAGE=localhost/rbdcsi-e2e/rbdplugin:e2e
 
 # The Go builds here are not the plugin's: no pacific tag, static binaries.
 export GOFLAGS="-buildvcs=false -trimpath" CGO_ENABLED=0 GOTOOLCHAIN=local
@@ -315,7 +321,20 @@ build_static_images() {
 # $PLUGIN_SUITE's runtime root with build/Dockerfile's runtime packages
 # (scripts/rootfs.sh runtime, shared with the Ceph matrix), and the plugin
 # built against that suite's librbd (scripts/suite.sh build).
-readonly PLUGIN_SUITE=${RBDCSI_PLUGIN_SUITE:-trixie}
+# The default suite's image is $IMAGES/rbdplugin.tar, tagged :e2e; another
+# suite's (plugin-image SUITE) gets names of its own, so both stay cached.
+PLUGIN_SUITE=${RBDCSI_PLUGIN_SUITE:-trixie}
+PLUGIN_IMAGE=localhost/rbdcsi-e2e/rbdplugin:e2e
+PLUGIN_TAR=$IMAGES/rbdplugin.tar
+PLUGIN_SFX=""
+plugin_suite() {
+	PLUGIN_SUITE=$1
+	[[ $PLUGIN_SUITE =~ ^[a-z]+$ ]] || die "bad suite name: $PLUGIN_SUITE"
+	[[ $PLUGIN_SUITE != trixie ]] || return 0
+	PLUGIN_SFX=-$PLUGIN_SUITE
+	PLUGIN_IMAGE=localhost/rbdcsi-e2e/rbdplugin:e2e$PLUGIN_SFX
+	PLUGIN_TAR=$CACHE/plugin-images/rbdplugin$PLUGIN_SFX.tar
+}
 
 build_rootfs() {
 	"$ROOT/scripts/rootfs.sh" runtime "$PLUGIN_SUITE" >/dev/null
@@ -325,33 +344,34 @@ build_plugin_image() {
 	local key dir rootfs rootkey user bin=$CACHE/plugin-$PLUGIN_SUITE
 	rootfs=$("$ROOT/scripts/rootfs.sh" runtime "$PLUGIN_SUITE")
 	rootkey=$(head -1 "$rootfs/.rootfs-complete")
-	"$ROOT/scripts/suite.sh" build "$PLUGIN_SUITE" "$bin" >"$CACHE/plugin-build.log" 2>&1 ||
-		die "building the plugin on $PLUGIN_SUITE failed: $(tail -5 "$CACHE/plugin-build.log")"
-	log "plugin built on $PLUGIN_SUITE: $(head -1 "$CACHE/plugin-build.log")"
+	local blog=$CACHE/plugin-build$PLUGIN_SFX.log layer=$CACHE/rootfs-layer$PLUGIN_SFX.tar.gz
+	"$ROOT/scripts/suite.sh" build "$PLUGIN_SUITE" "$bin" >"$blog" 2>&1 ||
+		die "building the plugin on $PLUGIN_SUITE failed: $(tail -5 "$blog")"
+	log "plugin built on $PLUGIN_SUITE: $(head -1 "$blog")"
 	# The image's user is build/Dockerfile's, so the e2e meets what users run.
 	user=$(awk '$1 == "USER" { u = $2 } END { print u }' "$ROOT/build/Dockerfile")
 	[[ -n $user ]] || die "build/Dockerfile names no USER"
 	key="$PLUGIN_IMAGE $(sha256sum "$bin/rbdplugin" | cut -c1-16) $rootkey user=$user"
-	fresh image-rbdplugin "$key" "$IMAGES/rbdplugin.tar" && return
-	mkdir -p "$IMAGES"
+	fresh "image-rbdplugin$PLUGIN_SFX" "$key" "$PLUGIN_TAR" && return
+	mkdir -p "$(dirname "$PLUGIN_TAR")"
 	# Two layers: the Debian root (compressed once, cached: crane takes a
 	# gzipped layer as is), slimmed like a container image, then the binary.
-	if ! fresh rootfs-layer "$rootkey" "$CACHE/rootfs-layer.tar.gz"; then
+	if ! fresh "rootfs-layer$PLUGIN_SFX" "$rootkey" "$layer"; then
 		tar --numeric-owner -C "$rootfs" --exclude=./usr/share/doc --exclude=./usr/share/man --exclude=./usr/share/locale \
 			--exclude='./var/lib/apt/lists/*' --exclude='./var/cache/apt/*' --exclude='./var/log/*' --exclude=./.rootfs-complete \
-			-cf - . | gzip -6 >"$CACHE/rootfs-layer.tar.gz.tmp"
-		mv "$CACHE/rootfs-layer.tar.gz.tmp" "$CACHE/rootfs-layer.tar.gz"
-		stamp rootfs-layer "$rootkey"
+			-cf - . | gzip -6 >"$layer.tmp"
+		mv "$layer.tmp" "$layer"
+		stamp "rootfs-layer$PLUGIN_SFX" "$rootkey"
 	fi
 	dir=$(mktemp -d)
 	install -D -m 0755 "$bin/rbdplugin" "$dir/usr/local/bin/rbdplugin"
 	tar --numeric-owner --owner=0 --group=0 -C "$dir" -cf "$dir.bin.tar" .
-	PACK_USER=$user pack_image "$PLUGIN_IMAGE" "$IMAGES/rbdplugin.tar" /usr/local/bin/rbdplugin \
+	PACK_USER=$user pack_image "$PLUGIN_IMAGE" "$PLUGIN_TAR" /usr/local/bin/rbdplugin \
 		PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-		"$CACHE/rootfs-layer.tar.gz" "$dir.bin.tar"
+		"$layer" "$dir.bin.tar"
 	rm -rf "$dir" "$dir.bin.tar"
-	stamp image-rbdplugin "$key"
-	log "plugin image ($PLUGIN_SUITE): $IMAGES/rbdplugin.tar"
+	stamp "image-rbdplugin$PLUGIN_SFX" "$key"
+	log "plugin image ($PLUGIN_SUITE): $PLUGIN_TAR"
 }
 
 main() {
@@ -368,7 +388,10 @@ main() {
 		build_static_images
 		build_plugin_image
 		;;
-	plugin-image) build_tools && build_plugin_image ;;
+	plugin-image)
+		[[ -z ${2:-} ]] || plugin_suite "$2"
+		build_tools && build_plugin_image
+		;;
 	cache)
 		# Everything that does not depend on this commit's plugin binary:
 		# CI runs it in the background while the tests run.
@@ -389,7 +412,7 @@ main() {
 		build_plugin_image
 		;;
 	*)
-		echo "usage: $PROG [all|cache|deps|kube|sidecars|tools|helm|images|plugin-image]" >&2
+		echo "usage: $PROG [all|cache|deps|kube|sidecars|tools|helm|images|plugin-image [SUITE]]" >&2
 		exit 2
 		;;
 	esac

@@ -7,13 +7,19 @@
 # deploy/kubernetes, runs the scenarios of e2e/k8s, then removes the driver
 # and installs it again with `helm install` (deploy/helm/rbdcsi) for the
 # Helm pass: the volume scenarios, an upgrade and a rollback under a mounted
-# volume, and an uninstall that leaves nothing. It always tears everything
-# down, also on failure or interrupt.
+# volume, and an uninstall that leaves nothing. Last, the group snapshot
+# pass: a Tentacle cluster in a chroot of forky's cached root
+# (scripts/suite.sh cluster) and the plugin image built on forky
+# (scripts/k8s-build.sh plugin-image forky: Tentacle's librbd, the one that
+# serves VolumeGroupSnapshots), deployed with deploy/e2e plus its groupsnap
+# component, for TestGroupSnapshotRestoresEachMember and the cleanup check.
+# It always tears everything down, also on failure or interrupt.
 #
 #   scripts/k8s-e2e.sh [go test flags, e.g. -run TestSnapshot]
 #
-# E2E_PASSES: "kustomize helm" (the default), or one of them. Flags given
-# apply to both passes (a -run given replaces the Helm pass's list).
+# E2E_PASSES: "kustomize helm groupsnap" (the default), or some of them; each
+# pass runs only if the ones before passed. Flags given apply to every pass
+# (a -run given replaces the Helm and group snapshot passes' lists).
 #
 # Environment: RBDCSI_E2E_CACHE (build cache, default /var/cache/rbdcsi-e2e),
 # E2E_ARTIFACTS (where logs go on failure, default /tmp/rbdcsi-e2e-artifacts),
@@ -54,7 +60,29 @@ teardown() {
 	fi
 	"$ROOT/scripts/k8s-node.sh" down "$work/node" || log "node teardown reported an error"
 	"$ROOT/scripts/ceph-cluster.sh" down "$work/ceph" || log "Ceph teardown reported an error"
+	stop_tentacle "$work"
 	rm -rf --one-file-system "$work"
+}
+
+# stop_tentacle WORK: asks the group snapshot pass's Tentacle cluster
+# (scripts/suite.sh cluster, in its own PID namespace: whatever it started
+# ends with it) to go down, and waits for it: this run's by its PID, one that
+# a killed run left by its command line.
+TENTACLE_PID=""
+stop_tentacle() {
+	local dir=$1/tentacle/cluster i
+	[[ -d $1/tentacle ]] || return 0
+	touch "$dir.stop"
+	if [[ -n $TENTACLE_PID ]]; then
+		wait "$TENTACLE_PID" 2>/dev/null || true
+		TENTACLE_PID=""
+		return 0
+	fi
+	for ((i = 0; i < 240; i++)); do
+		pgrep -f "suite.sh cluster forky $dir " >/dev/null || return 0
+		sleep 0.5
+	done
+	log "the Tentacle cluster at $dir did not go down within 120 s"
 }
 
 collect_artifacts() {
@@ -64,8 +92,11 @@ collect_artifacts() {
 	[[ -d $work/node/log ]] && cp -r "$work/node/log" "$ARTIFACTS/node-logs"
 	[[ -d $work/node.logs ]] && cp -r "$work/node.logs" "$ARTIFACTS/node-logs"
 	[[ -d $work/ceph/log ]] && cp -r "$work/ceph/log" "$ARTIFACTS/ceph-logs"
+	[[ -d $work/tentacle/cluster/log ]] && cp -r "$work/tentacle/cluster/log" "$ARTIFACTS/tentacle-logs"
+	[[ -f $work/tentacle/cluster.log ]] && cp "$work/tentacle/cluster.log" "$ARTIFACTS/tentacle-logs.up.log"
 	if [[ -x $k ]]; then
 		"$k" get all,pvc,pv,volumeattachments,csinodes,volumesnapshots,volumesnapshotcontents -A -o wide >"$ARTIFACTS/objects.txt" 2>&1 || true
+		"$k" get volumegroupsnapshots,volumegroupsnapshotcontents,volumegroupsnapshotclasses -A -o wide >>"$ARTIFACTS/objects.txt" 2>&1 || true
 		"$k" get events -A --sort-by=.lastTimestamp >"$ARTIFACTS/events.txt" 2>&1 || true
 		local ns p c
 		for ns in rbdcsi rbdcsi-node; do
@@ -100,7 +131,14 @@ main() {
 		teardown "${old%/}"
 	done
 
+	local passes=${E2E_PASSES:-kustomize helm groupsnap} p
+	for p in $passes; do
+		[[ $p == kustomize || $p == helm || $p == groupsnap ]] || die "unknown pass $p in E2E_PASSES (kustomize, helm, groupsnap)"
+	done
 	"$ROOT/scripts/k8s-build.sh" all
+	if [[ $passes == *groupsnap* ]]; then
+		"$ROOT/scripts/k8s-build.sh" plugin-image forky
+	fi
 	log "builds ready after $((SECONDS - t0)) s"
 
 	work=$(mktemp -d /var/tmp/rbdcsi-e2e.XXXXXX)
@@ -108,11 +146,15 @@ main() {
 	trap "rc=\$?; trap - EXIT INT TERM; finish '$work' \$rc" EXIT
 	trap 'exit 130' INT TERM
 
-	"$ROOT/scripts/ceph-cluster.sh" up "$work/ceph"
-	set -a
-	# shellcheck disable=SC1091
-	source "$work/ceph/env"
-	set +a
+	local default=no
+	[[ $passes == *kustomize* || $passes == *helm* ]] && default=yes
+	if [[ $default == yes ]]; then
+		"$ROOT/scripts/ceph-cluster.sh" up "$work/ceph"
+		set -a
+		# shellcheck disable=SC1091
+		source "$work/ceph/env"
+		set +a
+	fi
 	"$ROOT/scripts/k8s-node.sh" up "$work/node"
 	set -a
 	# shellcheck disable=SC1091
@@ -126,28 +168,17 @@ main() {
 	mkdir -p "$work/deploy"
 	cp -r "$ROOT/deploy/kubernetes" "$ROOT/deploy/e2e" "$ROOT/deploy/topology" "$work/deploy/"
 	rm -rf "$work/deploy/e2e/local"
-	mkdir -p "$work/deploy/e2e/local"
-	(
-		umask 077
-		printf '[{"clusterID": "ceph1", "monitors": ["%s"]}]\n' "$CEPH_MON_HOST" >"$work/deploy/e2e/local/cluster-config.json"
-		printf '%s' "$CEPH_CSI_USER" >"$work/deploy/e2e/local/userID"
-		printf '%s' "$CEPH_CSI_KEY" >"$work/deploy/e2e/local/userKey"
-		# The node plugins' user, as deploy/kubernetes/secret.yaml says to make it.
-		printf 'rbdcsi-node' >"$work/deploy/e2e/local/nodeUserID"
-		ceph -c "$CEPH_CONF" auth get-or-create client.rbdcsi-node \
-			mon 'allow r, allow command "osd blocklist" with blocklistop=rm' \
-			osd "allow rwx pool=$CEPH_POOL object_prefix rbdcsi.nodes" >/dev/null
-		ceph -c "$CEPH_CONF" auth print-key client.rbdcsi-node >"$work/deploy/e2e/local/nodeUserKey"
-	)
-	"$KUBECTL" apply -k "$work/deploy/e2e"
-	"$KUBECTL" -n rbdcsi rollout status deployment/rbdcsi-controller --timeout=180s
-	"$KUBECTL" -n rbdcsi-node rollout status daemonset/rbdcsi-node --timeout=180s
-	wait_registered yes || die "the node plugin did not register with kubelet within 120 s"
-	log "driver deployed after $((SECONDS - t0)) s"
-
 	export RBDCSI_E2E_K8S=1 E2E_CLUSTER_CONFIG=$work/deploy/e2e/local/cluster-config.json
 	export E2E_RBDPLUGIN=$ROOT/bin/rbdplugin E2E_WORK=$work
-	local passes=${E2E_PASSES:-kustomize helm}
+	if [[ $default == yes ]]; then
+		write_local "$work"
+		"$KUBECTL" apply -k "$work/deploy/e2e"
+		"$KUBECTL" -n rbdcsi rollout status deployment/rbdcsi-controller --timeout=180s
+		"$KUBECTL" -n rbdcsi-node rollout status daemonset/rbdcsi-node --timeout=180s
+		wait_registered yes || die "the node plugin did not register with kubelet within 120 s"
+		log "driver deployed after $((SECONDS - t0)) s"
+	fi
+
 	if [[ $passes == *kustomize* ]]; then
 		(cd "$ROOT" && go_test -skip Helm "$@") || rc=$?
 		log "kustomize pass finished (exit $rc) after $((SECONDS - t0)) s"
@@ -156,7 +187,33 @@ main() {
 		helm_pass "$work" "$@" || rc=$?
 		log "Helm pass finished (exit $rc) after $((SECONDS - t0)) s"
 	fi
+	if [[ $passes == *groupsnap* ]] && ((rc == 0)); then
+		local tg=$SECONDS
+		groupsnap_pass "$work" "$@" || rc=$?
+		log "group snapshot pass finished (exit $rc) in $((SECONDS - tg)) s, after $((SECONDS - t0)) s"
+	fi
 	return "$rc"
+}
+
+# write_local WORK: the local cluster's map and keys (the cluster in the
+# environment: CEPH_CONF, CEPH_MON_HOST, ...) in WORK/deploy/e2e/local, where
+# the overlay's generators read them.
+write_local() {
+	local dir=$1/deploy/e2e/local
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	(
+		umask 077
+		printf '[{"clusterID": "ceph1", "monitors": ["%s"]}]\n' "$CEPH_MON_HOST" >"$dir/cluster-config.json"
+		printf '%s' "$CEPH_CSI_USER" >"$dir/userID"
+		printf '%s' "$CEPH_CSI_KEY" >"$dir/userKey"
+		# The node plugins' user, as deploy/kubernetes/secret.yaml says to make it.
+		printf 'rbdcsi-node' >"$dir/nodeUserID"
+		ceph -c "$CEPH_CONF" auth get-or-create client.rbdcsi-node \
+			mon 'allow r, allow command "osd blocklist" with blocklistop=rm' \
+			osd "allow rwx pool=$CEPH_POOL object_prefix rbdcsi.nodes" >/dev/null
+		ceph -c "$CEPH_CONF" auth print-key client.rbdcsi-node >"$dir/nodeUserKey"
+	)
 }
 
 # wait_registered yes|no: waits up to 120 s until the node's CSINode lists
@@ -213,6 +270,57 @@ helm_pass() {
 	local run='^(TestDriverDeployed|TestFilesystemPersists|TestBlockVolume|TestSnapshotRestoreClone|TestOnlineExpansion'
 	run+='|TestHelmUpgradeUnderMountedVolume|TestZZCleanupLeavesNothing|TestZZZHelmUninstallLeavesNothing)$'
 	(cd "$ROOT" && go_test -run "$run" "$@")
+}
+
+# groupsnap_pass WORK [go test flags] (called in an || list, where set -e is
+# off: every step dies on its own failure): the group snapshot scenario on
+# the plugin image built on forky against a Tentacle cluster. The install of
+# the passes before (if any is left) goes first; the node stays.
+groupsnap_pass() {
+	local work=$1 t0=$SECONDS i
+	shift
+	local cache=${RBDCSI_E2E_CACHE:-/var/cache/rbdcsi-e2e} dir=$work/tentacle/cluster
+	if "$KUBECTL" -n rbdcsi get deployment rbdcsi-controller >/dev/null 2>&1; then
+		"$KUBECTL" delete -k "$work/deploy/e2e" --wait=true --timeout=180s || die "deleting the kustomize install failed"
+	fi
+	wait_registered no || die "kubelet still lists the driver 120 s after the earlier install was deleted"
+
+	# Tentacle on 127.0.0.1, in a chroot of forky's cached root. With AES
+	# keys: the scenario's checks run this machine's Pacific rbd and rados,
+	# which cannot read the AES256K keys Tentacle makes by default (the forky
+	# plugin could). One OSD: no erasure-coded pool is needed here.
+	mkdir -p "$work/tentacle"
+	"$ROOT/scripts/suite.sh" cluster forky "$dir" CEPH_KEY_TYPE=aes CEPH_EC_POOL=0 >"$work/tentacle/suite.log" 2>&1 &
+	TENTACLE_PID=$!
+	for ((i = 0; i < 240; i++)); do
+		[[ -e $dir.up ]] && break
+		kill -0 "$TENTACLE_PID" 2>/dev/null || break
+		sleep 0.5
+	done
+	[[ -e $dir.up ]] || die "the Tentacle cluster did not come up: $(tail -n 20 "$dir.log" "$work/tentacle/suite.log" 2>&1)"
+	set -a
+	# shellcheck disable=SC1091
+	source "$dir/env"
+	set +a
+	log "Tentacle cluster up after $((SECONDS - t0)) s: $(ceph -c "$CEPH_CONF" version 2>&1)"
+	write_local "$work" || die "writing the Tentacle cluster's map and keys failed"
+
+	# The forky-built plugin image (outside the images the node imported at
+	# boot), and deploy/e2e with the groupsnap component.
+	ctr --address "$CONTAINERD_ADDRESS" -n k8s.io images import "$cache/plugin-images/rbdplugin-forky.tar" >/dev/null ||
+		die "importing the forky plugin image failed"
+	mkdir -p "$work/deploy/e2e-groupsnap"
+	printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../e2e]\ncomponents: [../e2e/groupsnap]\n' \
+		>"$work/deploy/e2e-groupsnap/kustomization.yaml"
+	"$KUBECTL" apply -k "$work/deploy/e2e-groupsnap" || die "kubectl apply -k of the groupsnap overlay failed"
+	"$KUBECTL" -n rbdcsi rollout status deployment/rbdcsi-controller --timeout=180s || die "the forky controller did not roll out"
+	"$KUBECTL" -n rbdcsi-node rollout status daemonset/rbdcsi-node --timeout=180s || die "the forky node plugin did not roll out"
+	wait_registered yes || die "the forky node plugin did not register with kubelet within 120 s"
+	log "forky driver deployed on Tentacle after $((SECONDS - t0)) s"
+
+	unset RBDCSI_E2E_INSTALL E2E_HELM E2E_HELM_CHART
+	export RBDCSI_E2E_GROUPSNAP=1
+	(cd "$ROOT" && go_test -run '^(TestGroupSnapshotRestoresEachMember|TestZZCleanupLeavesNothing)$' "$@")
 }
 
 finish() {

@@ -3,6 +3,7 @@
 package k8s
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"strings"
@@ -12,7 +13,8 @@ import (
 
 // TestZZCleanupLeavesNothing runs last (file and name order): with every
 // test namespace gone (pods, snapshots, claims deleted through the driver),
-// the pool holds no image, no snapshot, nothing in the trash, and the node
+// the pool holds no image, no snapshot, nothing in the trash, no RBD group
+// and no group snapshot record, and the node
 // has no CSI mount, no loop device over an rbd-fuse file, no rbd-fuse
 // process and no state record left.
 func TestZZCleanupLeavesNothing(t *testing.T) {
@@ -21,8 +23,8 @@ func TestZZCleanupLeavesNothing(t *testing.T) {
 	if _, err := k.run(10*time.Minute, "", "delete", "namespace", "-l", "rbdcsi-e2e=test", "--wait=true", "--timeout=8m"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, volumeWait, "every PersistentVolume and VolumeSnapshotContent gone", func() (bool, string) {
-		out := k.must("get", "pv,volumesnapshotcontents,volumeattachments", "-o", "name")
+	eventually(t, volumeWait, "every PersistentVolume, VolumeSnapshotContent and VolumeGroupSnapshotContent gone", func() (bool, string) {
+		out := k.must("get", "pv,volumesnapshotcontents,volumegroupsnapshotcontents,volumeattachments", "-o", "name")
 		return strings.TrimSpace(out) == "", out
 	})
 
@@ -43,6 +45,8 @@ func TestZZCleanupLeavesNothing(t *testing.T) {
 		}
 	}
 
+	checkNoGroupLeft(t, e)
+
 	// The node.
 	mounts, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
@@ -50,13 +54,18 @@ func TestZZCleanupLeavesNothing(t *testing.T) {
 	}
 	for _, line := range strings.Split(string(mounts), "\n") {
 		if strings.Contains(line, "kubernetes.io/csi") || strings.Contains(line, "kubernetes.io~csi") ||
-			strings.Contains(line, stateDirHost) || strings.Contains(line, "rbd-fuse") {
+			strings.Contains(line, stateDirHost) || (strings.Contains(line, "rbd-fuse") && nodeMount(line, e)) {
 			t.Errorf("mount left on the node: %s", line)
 		}
 	}
-	out, err := exec.Command("losetup", "-a").CombinedOutput()
+	// The backing files as sysfs has them: `losetup -a` stats each one and
+	// hangs on a FUSE file whose rbd-fuse no longer answers (one that some
+	// other test on this machine left, say).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "losetup", "-n", "-O", "NAME,BACK-FILE").CombinedOutput()
 	if err != nil {
-		t.Fatalf("losetup -a: %v: %s", err, out)
+		t.Fatalf("losetup -n -O NAME,BACK-FILE: %v: %s", err, out)
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		if strings.Contains(line, stateDirHost) {
@@ -82,4 +91,15 @@ func TestZZCleanupLeavesNothing(t *testing.T) {
 			}
 		}
 	}
+}
+
+// nodeMount: the mountinfo line's mount point is one of this node's paths
+// (kubelet's and the driver's under /var/lib, the run's work directory),
+// not a path of some other test running on this machine.
+func nodeMount(line string, e env) bool {
+	f := strings.Fields(line)
+	if len(f) < 5 {
+		return false
+	}
+	return strings.HasPrefix(f[4], "/var/lib/") || strings.HasPrefix(f[4], e.work+"/")
 }
