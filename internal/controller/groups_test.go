@@ -2,7 +2,9 @@ package controller_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/rbdcsi/rbdcsi/internal/controller"
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/rbd/fake"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
@@ -214,4 +217,43 @@ func groupName(t *testing.T, name string) string {
 	gid, err := volid.DecodeGroup(g.GroupSnapshotId)
 	must(t, err, "group snapshot ID")
 	return gid.Group
+}
+
+// cloneFailer fails the clones of images named with the given suffix, as
+// a full pool would.
+type cloneFailer struct {
+	rbd.Backend
+	suffix string
+}
+
+func (f cloneFailer) Clone(ctx context.Context, parent, child rbd.Pool, name string, spec rbd.CloneSpec) error {
+	if strings.HasSuffix(name, f.suffix) {
+		return fmt.Errorf("cloning %s: %w", name, rbd.ErrNoSpace)
+	}
+	return f.Backend.Clone(ctx, parent, child, name, spec)
+}
+
+// A create that fails after some members were made (the second member's
+// clone finds the pool full) rolls them back: no member image or
+// snapshot, no group, no record; the error says why, and a later try,
+// with room again, succeeds.
+func TestGroupSnapshotFailedMidwayLeavesNoMembers(t *testing.T) {
+	e := newEnv(t)
+	healthy := e.start("", noSweep)
+	vols := []string{healthy.mustCreate(t, "m-a", nil), healthy.mustCreate(t, "m-b", nil), healthy.mustCreate(t, "m-c", nil)}
+	before := e.leaks()
+	e.wrap = func(b rbd.Backend) rbd.Backend { return cloneFailer{Backend: b, suffix: "-1"} }
+	failing := e.start("", noSweep)
+	e.wrap = nil
+	_, err := failing.groupSnapshot(t, "m-snap", vols...)
+	wantCode(t, err, codes.ResourceExhausted, "group snapshot in a full pool")
+	if left := e.leaks(); !slices.Equal(left, before) {
+		t.Fatalf("the failed create left %v (before: %v)", left, before)
+	}
+	g := healthy.mustGroupSnapshot(t, "m-snap", vols...)
+	must(t, healthy.deleteGroupSnapshot(t, g.GroupSnapshotId), "DeleteVolumeGroupSnapshot")
+	for _, v := range vols {
+		healthy.delete(t, v)
+	}
+	e.expectEmpty(t)
 }
