@@ -26,7 +26,8 @@ type Backend interface {
 	Resize(ctx context.Context, p Pool, name string, size uint64) error
 	// RemoveImage deletes an image: ErrHasSnapshots while it has
 	// snapshots (or deleted ones clones still need), ErrBusy while a
-	// client has it open, ErrNotFound when it is not there. An image
+	// client has it open or it is in a group (RBD's EMLINK), ErrNotFound
+	// when it is not there. An image
 	// listed without a header (a removal cut short) is removed.
 	// Removing a clone detaches it from its parent's snapshot, and a
 	// deleted parent snapshot goes with its last clone.

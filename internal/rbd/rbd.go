@@ -93,7 +93,8 @@ type Family struct {
 	// Snaps are the user snapshots, oldest first.
 	Snaps []SnapInfo
 	// Snapshots the user deleted while clones still depended on them
-	// (the RBD trash snapshot namespace) that a clone still needs. RBD
+	// (the RBD trash snapshot namespace) that a clone still needs, and
+	// the image's snapshots in live group snapshots (GroupBackend). RBD
 	// removes such a snapshot with its last clone, except when two clones
 	// detach at once; one left without clones is not counted, and RBD
 	// removes it with the image.
