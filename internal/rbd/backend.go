@@ -27,8 +27,8 @@ type Backend interface {
 	// RemoveImage deletes an image: ErrHasSnapshots while it has
 	// snapshots (or deleted ones clones still need), ErrBusy while a
 	// client has it open or it is in a group (RBD's EMLINK), ErrNotFound
-	// when it is not there. An image
-	// listed without a header (a removal cut short) is removed.
+	// when it is not there. An image listed without a header (a removal
+	// cut short) is removed.
 	// Removing a clone detaches it from its parent's snapshot, and a
 	// deleted parent snapshot goes with its last clone.
 	RemoveImage(ctx context.Context, p Pool, name string) error
