@@ -113,20 +113,14 @@ func (g *GroupController) CreateVolumeGroupSnapshot(ctx context.Context, req *cs
 // DeleteVolumeGroupSnapshot deletes the member snapshots and the record
 // of the group snapshot.
 func (g *GroupController) DeleteVolumeGroupSnapshot(ctx context.Context, req *csi.DeleteVolumeGroupSnapshotRequest) (*csi.DeleteVolumeGroupSnapshotResponse, error) {
-	c := g.c
-	id := req.GetGroupSnapshotId()
-	if id == "" {
-		return nil, status.Error(codes.InvalidArgument, "group snapshot ID is missing")
-	}
-	gid, err := volid.DecodeGroup(id)
-	if err != nil || !c.names.isGroup(gid.Group) {
-		return &csi.DeleteVolumeGroupSnapshotResponse{}, nil // not ours: gone
-	}
-	pool, err := c.pool(gid.ClusterID, gid.Pool, req.GetSecrets(), false)
+	c, id := g.c, req.GetGroupSnapshotId()
+	gs, err := c.groupSnapOf(id, req.GetSecrets(), false)
 	if err != nil {
 		return nil, err
 	}
-	gs := c.newGroupSnap(pool, gid.ClusterID, gid.Group)
+	if gs == nil {
+		return &csi.DeleteVolumeGroupSnapshotResponse{}, nil // not ours: gone
+	}
 	release, ok := c.locks.TryLock(gs.lockKey())
 	if !ok {
 		return nil, pending("group snapshot " + id)
@@ -136,26 +130,20 @@ func (g *GroupController) DeleteVolumeGroupSnapshot(ctx context.Context, req *cs
 		return nil, err
 	}
 	klog.V(2).InfoS("deleted group snapshot", "groupSnapshotID", id)
-	c.sweeper.after(pool)
+	c.sweeper.after(gs.pool)
 	return &csi.DeleteVolumeGroupSnapshotResponse{}, nil
 }
 
 // GetVolumeGroupSnapshot reports a group snapshot from its record.
 func (g *GroupController) GetVolumeGroupSnapshot(ctx context.Context, req *csi.GetVolumeGroupSnapshotRequest) (*csi.GetVolumeGroupSnapshotResponse, error) {
-	c := g.c
 	id := req.GetGroupSnapshotId()
-	if id == "" {
-		return nil, status.Error(codes.InvalidArgument, "group snapshot ID is missing")
-	}
-	gid, err := volid.DecodeGroup(id)
-	if err != nil || !c.names.isGroup(gid.Group) {
-		return nil, status.Errorf(codes.NotFound, "group snapshot %.130q does not exist", id)
-	}
-	pool, err := c.pool(gid.ClusterID, gid.Pool, req.GetSecrets(), true)
+	gs, err := g.c.groupSnapOf(id, req.GetSecrets(), true)
 	if err != nil {
 		return nil, err
 	}
-	gs := c.newGroupSnap(pool, gid.ClusterID, gid.Group)
+	if gs == nil {
+		return nil, status.Errorf(codes.NotFound, "group snapshot %.130q does not exist", id)
+	}
 	rec, err := gs.read(ctx)
 	if err != nil {
 		return nil, err
@@ -167,4 +155,22 @@ func (g *GroupController) GetVolumeGroupSnapshot(ctx context.Context, req *csi.G
 		return nil, err
 	}
 	return &csi.GetVolumeGroupSnapshotResponse{GroupSnapshot: rec.csi(gs.id)}, nil
+}
+
+// groupSnapOf is the group snapshot an ID names, in its pool with the
+// call's credentials; nil (and no error) for an ID that is not one of
+// this instance's.
+func (c *Controller) groupSnapOf(id string, secrets map[string]string, ownCredsOK bool) (*groupSnap, error) {
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "group snapshot ID is missing")
+	}
+	gid, err := volid.DecodeGroup(id)
+	if err != nil || !c.names.isGroup(gid.Group) {
+		return nil, nil
+	}
+	pool, err := c.pool(gid.ClusterID, gid.Pool, secrets, ownCredsOK)
+	if err != nil {
+		return nil, err
+	}
+	return c.newGroupSnap(pool, gid.ClusterID, gid.Group), nil
 }

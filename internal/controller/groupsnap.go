@@ -10,10 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/klog/v2"
 
 	"github.com/rbdcsi/rbdcsi/internal/attach"
@@ -45,17 +43,6 @@ import (
 // groupSnapName is the one snapshot taken of each temporary RBD group.
 const groupSnapName = "snap"
 
-// groupRecordPrefix + the group's hash names a group snapshot's record.
-const groupRecordPrefix = "rbdcsi.vgs."
-
-// Omap keys of a group snapshot's record.
-const (
-	recName    = "name"    // the request name
-	recStarted = "started" // unix seconds of the first attempt
-	recTaken   = "taken"   // unix nanoseconds of the RBD group snapshot
-	recMembers = "members" // JSON []groupMember, written last
-)
-
 // groupSnap is one group snapshot of one pool.
 type groupSnap struct {
 	c    *Controller
@@ -71,54 +58,7 @@ func (c *Controller) newGroupSnap(pool rbd.Pool, clusterID, group string) *group
 
 func (g *groupSnap) lockKey() string { return "vgs/" + poolKey(g.pool) + "/" + g.hash }
 
-func (g *groupSnap) record() string { return g.c.names.object(groupRecordPrefix + g.hash) }
-
-// groupMember is one member snapshot as the record keeps it.
-type groupMember struct {
-	Snapshot string `json:"snapshot"`
-	Source   string `json:"source"`
-	Size     int64  `json:"size"`
-}
-
-// groupRecord is what the record holds; a zero one: no record.
-type groupRecord struct {
-	exists  bool
-	sources string
-	name    string
-	started time.Time
-	taken   time.Time
-	members []groupMember // nil until step 5
-}
-
-func (r groupRecord) complete() bool { return r.members != nil }
-
-func (g *groupSnap) read(ctx context.Context) (groupRecord, error) {
-	b := g.c.backend
-	sources, ok, err := b.ClaimHolder(ctx, g.pool, g.record())
-	if errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && !ok) {
-		return groupRecord{}, nil
-	}
-	if err != nil {
-		return groupRecord{}, cephStatus(err)
-	}
-	kv, err := b.ListOmap(ctx, g.pool, g.record(), "")
-	if err != nil {
-		return groupRecord{}, cephStatus(err)
-	}
-	r := groupRecord{exists: true, sources: sources, name: kv[recName]}
-	if s, err := strconv.ParseInt(kv[recStarted], 10, 64); err == nil {
-		r.started = time.Unix(s, 0)
-	}
-	if ns, err := strconv.ParseInt(kv[recTaken], 10, 64); err == nil {
-		r.taken = time.Unix(0, ns)
-	}
-	if m, ok := kv[recMembers]; ok {
-		if err := json.Unmarshal([]byte(m), &r.members); err != nil || r.members == nil {
-			return groupRecord{}, status.Errorf(codes.Internal, "the record of group snapshot %s is corrupt: %v", g.id, err)
-		}
-	}
-	return r, nil
-}
+func (g *groupSnap) record() string { return g.c.groupRecordObject(g.hash) }
 
 // create runs the steps, or answers from the record of an earlier attempt.
 func (g *groupSnap) create(ctx context.Context, name string, vols []volid.Volume) (groupRecord, error) {
@@ -131,11 +71,14 @@ func (g *groupSnap) create(ctx context.Context, name string, vols []volid.Volume
 	if err != nil {
 		return groupRecord{}, cephStatus(err)
 	}
-	rec, err := g.read(ctx)
+	if holder != sources {
+		return groupRecord{}, status.Errorf(codes.AlreadyExists, "group snapshot name %q is already used for another set of volumes", name)
+	}
+	rec, err := g.readOmap(ctx)
 	if err != nil {
 		return groupRecord{}, err
 	}
-	if holder != sources || (rec.name != "" && rec.name != name) {
+	if rec.name != "" && rec.name != name {
 		return groupRecord{}, status.Errorf(codes.AlreadyExists, "group snapshot name %q is already used for another set of volumes", name)
 	}
 	if rec.complete() {
@@ -356,55 +299,6 @@ func (g *groupSnap) delete(ctx context.Context, snapshotIDs []string) error {
 	}
 	if err := g.c.backend.Unclaim(ctx, g.pool, g.record()); err != nil && !errors.Is(err, rbd.ErrPoolNotFound) {
 		return cephStatus(err)
-	}
-	return nil
-}
-
-// matches checks the snapshot IDs a CO sent with a group snapshot's ID
-// (none: nothing to check).
-func (r groupRecord) matches(ids []string, groupID string) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	var own []string
-	for _, m := range r.members {
-		own = append(own, m.Snapshot)
-	}
-	want := slices.Sorted(slices.Values(own))
-	got := slices.Sorted(slices.Values(ids))
-	if !slices.Equal(want, slices.Compact(got)) {
-		return status.Errorf(codes.InvalidArgument, "the snapshot IDs sent are not the %d members of group snapshot %s", len(own), groupID)
-	}
-	return nil
-}
-
-// csi is the group snapshot as CSI reports it.
-func (r groupRecord) csi(id volid.Group) *csi.VolumeGroupSnapshot {
-	taken := timestamppb.New(r.taken)
-	out := &csi.VolumeGroupSnapshot{GroupSnapshotId: id.String(), CreationTime: taken, ReadyToUse: true}
-	for _, m := range r.members {
-		out.Snapshots = append(out.Snapshots, &csi.Snapshot{
-			SnapshotId: m.Snapshot, SourceVolumeId: m.Source, SizeBytes: m.Size,
-			CreationTime: taken, ReadyToUse: true, GroupSnapshotId: id.String(),
-		})
-	}
-	return out
-}
-
-// memberOfLiveGroup refuses to delete one member snapshot of a group
-// snapshot that still exists: its group snapshot goes as a whole.
-func (c *Controller) memberOfLiveGroup(ctx context.Context, pool rbd.Pool, snap volid.Snapshot) error {
-	hash, ok := groupOfSnap(snap.Snap)
-	if !ok {
-		return nil
-	}
-	_, exists, err := c.backend.ClaimHolder(ctx, pool, c.names.object(groupRecordPrefix+hash))
-	if err != nil && !errors.Is(err, rbd.ErrPoolNotFound) {
-		return cephStatus(err)
-	}
-	if exists {
-		group := volid.Group{ClusterID: snap.ClusterID, Pool: snap.Pool, Group: c.names.groupOf(hash)}
-		return status.Errorf(codes.InvalidArgument, "snapshot %s belongs to group snapshot %s; delete the group snapshot (VolumeGroupSnapshot) instead", snap, group)
 	}
 	return nil
 }
