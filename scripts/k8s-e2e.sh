@@ -31,12 +31,11 @@ readonly PROG=${0##*/}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 readonly ROOT
 readonly ARTIFACTS=${E2E_ARTIFACTS:-/tmp/rbdcsi-e2e-artifacts}
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
 
+# lib.sh's log, with the time of day.
 log() { echo "$PROG: $(date +%T) $*" >&2; }
-die() {
-	log "$*"
-	exit 1
-}
 
 # teardown WORK: the overlay's objects, the node, the Ceph cluster, WORK.
 teardown() {
@@ -72,12 +71,12 @@ TENTACLE_PID=""
 stop_tentacle() {
 	local dir=$1/tentacle/cluster i
 	[[ -d $1/tentacle ]] || return 0
-	touch "$dir.stop"
 	if [[ -n $TENTACLE_PID ]]; then
-		wait "$TENTACLE_PID" 2>/dev/null || true
+		stop_cluster "$dir" "$TENTACLE_PID"
 		TENTACLE_PID=""
 		return 0
 	fi
+	touch "$dir.stop"
 	for ((i = 0; i < 240; i++)); do
 		pgrep -f "suite.sh cluster forky $dir " >/dev/null || return 0
 		sleep 0.5
@@ -172,10 +171,7 @@ main() {
 	export E2E_RBDPLUGIN=$ROOT/bin/rbdplugin E2E_WORK=$work
 	if [[ $default == yes ]]; then
 		write_local "$work"
-		"$KUBECTL" apply -k "$work/deploy/e2e"
-		"$KUBECTL" -n rbdcsi rollout status deployment/rbdcsi-controller --timeout=180s
-		"$KUBECTL" -n rbdcsi-node rollout status daemonset/rbdcsi-node --timeout=180s
-		wait_registered yes || die "the node plugin did not register with kubelet within 120 s"
+		deploy "$work/deploy/e2e" "the driver"
 		log "driver deployed after $((SECONDS - t0)) s"
 	fi
 
@@ -214,6 +210,15 @@ write_local() {
 			osd "allow rwx pool=$CEPH_POOL object_prefix rbdcsi.nodes" >/dev/null
 		ceph -c "$CEPH_CONF" auth print-key client.rbdcsi-node >"$dir/nodeUserKey"
 	)
+}
+
+# deploy DIR WHAT: kubectl apply -k DIR, then waits until the controller
+# and the node plugin rolled out and kubelet lists the driver.
+deploy() {
+	"$KUBECTL" apply -k "$1" || die "kubectl apply -k $1 failed"
+	"$KUBECTL" -n rbdcsi rollout status deployment/rbdcsi-controller --timeout=180s || die "$2's controller did not roll out"
+	"$KUBECTL" -n rbdcsi-node rollout status daemonset/rbdcsi-node --timeout=180s || die "$2's node plugin did not roll out"
+	wait_registered yes || die "$2's node plugin did not register with kubelet within 120 s"
 }
 
 # wait_registered yes|no: waits up to 120 s until the node's CSINode lists
@@ -277,7 +282,7 @@ helm_pass() {
 # the plugin image built on forky against a Tentacle cluster. The install of
 # the passes before (if any is left) goes first; the node stays.
 groupsnap_pass() {
-	local work=$1 t0=$SECONDS i
+	local work=$1 t0=$SECONDS
 	shift
 	local cache=${RBDCSI_E2E_CACHE:-/var/cache/rbdcsi-e2e} dir=$work/tentacle/cluster
 	if "$KUBECTL" -n rbdcsi get deployment rbdcsi-controller >/dev/null 2>&1; then
@@ -292,12 +297,7 @@ groupsnap_pass() {
 	mkdir -p "$work/tentacle"
 	"$ROOT/scripts/suite.sh" cluster forky "$dir" CEPH_KEY_TYPE=aes CEPH_EC_POOL=0 >"$work/tentacle/suite.log" 2>&1 &
 	TENTACLE_PID=$!
-	for ((i = 0; i < 240; i++)); do
-		[[ -e $dir.up ]] && break
-		kill -0 "$TENTACLE_PID" 2>/dev/null || break
-		sleep 0.5
-	done
-	[[ -e $dir.up ]] || die "the Tentacle cluster did not come up: $(tail -n 20 "$dir.log" "$work/tentacle/suite.log" 2>&1)"
+	wait_cluster "$dir" "$TENTACLE_PID" "the Tentacle cluster (more in $work/tentacle/suite.log)"
 	set -a
 	# shellcheck disable=SC1091
 	source "$dir/env"
@@ -312,10 +312,7 @@ groupsnap_pass() {
 	mkdir -p "$work/deploy/e2e-groupsnap"
 	printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../e2e]\ncomponents: [../e2e/groupsnap]\n' \
 		>"$work/deploy/e2e-groupsnap/kustomization.yaml"
-	"$KUBECTL" apply -k "$work/deploy/e2e-groupsnap" || die "kubectl apply -k of the groupsnap overlay failed"
-	"$KUBECTL" -n rbdcsi rollout status deployment/rbdcsi-controller --timeout=180s || die "the forky controller did not roll out"
-	"$KUBECTL" -n rbdcsi-node rollout status daemonset/rbdcsi-node --timeout=180s || die "the forky node plugin did not roll out"
-	wait_registered yes || die "the forky node plugin did not register with kubelet within 120 s"
+	deploy "$work/deploy/e2e-groupsnap" "the forky driver"
 	log "forky driver deployed on Tentacle after $((SECONDS - t0)) s"
 
 	unset RBDCSI_E2E_INSTALL E2E_HELM E2E_HELM_CHART
