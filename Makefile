@@ -101,7 +101,8 @@ BENCH_FLAGS ?=
 .PHONY: bench
 bench: build
 	go build -o bin/rbdbench ./e2e/bench
-	scripts/with-cluster.sh bin/rbdbench -plugin $(BIN) -out results $(BENCH_FLAGS)
+	go build -o bin/rbdfloor ./e2e/bench/floor
+	scripts/with-cluster.sh bin/rbdbench -plugin $(BIN) -floor bin/rbdfloor -out results $(BENCH_FLAGS)
 
 # The node suite on a real kernel (README, "A real kernel"): QEMU guests
 # running Debian's kernel map through krbd and nbd against a real cluster,

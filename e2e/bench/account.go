@@ -258,9 +258,13 @@ func rssByMapping(pid int) ([]mapping, error) {
 		}
 		if strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
 			// A mapping header: address perms offset dev inode [path].
-			cur = "[anon]"
-			if len(fields) >= 6 && strings.HasPrefix(fields[5], "/") {
+			switch {
+			case len(fields) >= 6 && strings.HasPrefix(fields[5], "/"):
 				cur = filepath.Base(fields[5])
+			case len(fields) >= 6:
+				cur = fields[5] // [heap] (glibc's main arena), [stack], [vdso]
+			default:
+				cur = "[anon]" // Go heap and runtime, malloc arenas, thread stacks
 			}
 			continue
 		}

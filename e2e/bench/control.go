@@ -78,13 +78,26 @@ type side struct {
 // the image), through internal/rbd/ceph, the package the plugin uses, in this
 // process and on the same pool and user.
 func (b *bench) rawSide(size int64) side {
+	return b.rawSideNamed("raw", size, false)
+}
+
+// rawCheckedSide is the raw limit of a delete that looks before it
+// removes: the image read that DeleteVolume must do (attachments,
+// watchers, snapshots, parent) and then the removal, through the same
+// package. The driver cannot do less and stay safe; the raw side's
+// removal alone is the floor no checking delete reaches.
+func (b *bench) rawCheckedSide(size int64) side {
+	return b.rawSideNamed("raw-checked", size, true)
+}
+
+func (b *bench) rawSideNamed(sideName string, size int64, check bool) side {
 	name := func(tag string, i int) (string, string) {
-		req := fmt.Sprintf("bench-%s-%s-%d", b.runID, tag, i)
+		req := fmt.Sprintf("bench-%s-%s-%s-%d", b.runID, sideName, tag, i)
 		sum := sha256.Sum256([]byte(req))
 		return "csi-raw-" + hex.EncodeToString(sum[:10]), req
 	}
 	return side{
-		name: "raw",
+		name: sideName,
 		ops:  func(context.Context) (opStats, error) { return b.rawOps.snapshot(), nil },
 		create: func(ctx context.Context, tag string, i int) error {
 			img, req := name(tag, i)
@@ -99,6 +112,11 @@ func (b *bench) rawSide(size int64) side {
 			img, _ := name(tag, i)
 			ctx, cancel := context.WithTimeout(ctx, b.cfg.callTimeout)
 			defer cancel()
+			if check {
+				if _, err := b.raw.StatFamily(ctx, b.pool, img, ""); err != nil {
+					return err
+				}
+			}
 			if err := b.raw.RemoveImage(ctx, b.pool, img); err != nil {
 				return err
 			}
@@ -155,12 +173,15 @@ type provisionRun struct {
 	DeleteCPU cpuUse           `json:"delete_cpu"`
 	CreateOps map[string]opUse `json:"create_ceph_ops"`
 	DeleteOps map[string]opUse `json:"delete_ceph_ops"`
+	// Load is the machine's load average at the start and the end.
+	Load *loadSpan `json:"load"`
 }
 
 func (b *bench) provision(ctx context.Context, s side, c, round int) (provisionRun, error) {
 	tag := fmt.Sprintf("c%d-r%d", c, round)
 	n := b.cfg.n
-	r := provisionRun{Side: s.name, Concurrency: c, Round: round, N: n}
+	r := provisionRun{Side: s.name, Concurrency: c, Round: round, N: n, Load: newLoadSpan()}
+	defer r.Load.sample()
 	ops0, err := s.ops(ctx)
 	if err != nil {
 		return r, fmt.Errorf("%s: reading Ceph operation metrics: %w", s.name, err)
@@ -298,7 +319,7 @@ func orEmpty(s string) string {
 // every round runs each side in turn (the order rotating by round), so
 // that drift on a noisy machine hits all sides alike.
 func (b *bench) p1(ctx context.Context, quiet, verbose *plugin) ([]provisionRun, memStat, int64, error) {
-	sides := []side{b.rawSide(b.cfg.size), b.pluginSide("driver", quiet, b.cfg.size)}
+	sides := []side{b.rawSide(b.cfg.size), b.rawCheckedSide(b.cfg.size), b.pluginSide("driver", quiet, b.cfg.size)}
 	if verbose != nil {
 		sides = append(sides, b.pluginSide("driver-v5", verbose, b.cfg.size))
 	}
@@ -321,7 +342,7 @@ func (b *bench) p1(ctx context.Context, quiet, verbose *plugin) ([]provisionRun,
 			for k := range sides {
 				s := sides[(k+round)%len(sides)]
 				var prof *profiler
-				if b.cfg.perf && c == top && round == 0 && s.name != "driver-v5" {
+				if b.cfg.perf && c == top && round == 0 && (s.name == "raw" || s.name == "driver") {
 					pid := quiet.pid()
 					if s.name == "raw" {
 						pid = os.Getpid()
@@ -352,10 +373,10 @@ func (b *bench) p1(ctx context.Context, quiet, verbose *plugin) ([]provisionRun,
 					return nil, peak, 0, err
 				}
 				proc := "plugin-" + s.name
-				if s.name == "raw" {
+				if strings.HasPrefix(s.name, "raw") {
 					proc = "bench"
 				}
-				b.logf("  P1/P2 c=%-2d round %d %-9s create %6.1f/s (CPU ms/call: %s %.1f, osd %.1f, others %.1f)  delete %5.1f/s (%s %.1f, osd %.1f, others %.1f)  reclaimed %5.1f/s",
+				b.logf("  P1/P2 c=%-2d round %d %-11s create %6.1f/s (CPU ms/call: %s %.1f, osd %.1f, others %.1f)  delete %5.1f/s (%s %.1f, osd %.1f, others %.1f)  reclaimed %5.1f/s",
 					c, round+1, s.name, r.CreatePerSec, proc, r.CreateCPU.MsPerOp[proc], r.CreateCPU.MsPerOp["ceph-osd"], r.CreateCPU.MsPerOp["others"],
 					r.DeletePerSec, proc, r.DeleteCPU.MsPerOp[proc], r.DeleteCPU.MsPerOp["ceph-osd"], r.DeleteCPU.MsPerOp["others"], r.ReclaimPerSec)
 				runs = append(runs, r)

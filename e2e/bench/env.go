@@ -206,8 +206,12 @@ type memStat struct {
 	HWMKiB  int64 `json:"vm_hwm_kib"`
 	AnonKiB int64 `json:"rss_anon_kib"` // heap (Go and C) and stacks
 	FileKiB int64 `json:"rss_file_kib"` // mapped files: the binary and shared libraries
-	Threads int   `json:"threads"`
-	FDs     int   `json:"fds"`
+	// FilePmdKiB is the part of FileKiB the kernel maps in 2 MiB pages
+	// (large page-cache folios of the binary): counted whole, whatever
+	// of them the process touched.
+	FilePmdKiB int64 `json:"file_pmd_mapped_kib"`
+	Threads    int   `json:"threads"`
+	FDs        int   `json:"fds"`
 }
 
 func (m memStat) rssMiB() float64 { return float64(m.RSSKiB) / 1024 }
@@ -215,38 +219,38 @@ func (m memStat) hwmMiB() float64 { return float64(m.HWMKiB) / 1024 }
 
 func readMem(pid int) (memStat, error) {
 	var m memStat
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	status, err := procFields(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return m, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		fields := strings.Fields(v)
-		if len(fields) == 0 {
-			continue
-		}
-		n, _ := strconv.ParseInt(fields[0], 10, 64)
-		switch k {
-		case "VmRSS":
-			m.RSSKiB = n
-		case "VmHWM":
-			m.HWMKiB = n
-		case "RssAnon":
-			m.AnonKiB = n
-		case "RssFile":
-			m.FileKiB = n
-		case "Threads":
-			m.Threads = int(n)
-		}
+	m.RSSKiB, m.HWMKiB, m.AnonKiB, m.FileKiB = status["VmRSS"], status["VmHWM"], status["RssAnon"], status["RssFile"]
+	m.Threads = int(status["Threads"])
+	if rollup, err := procFields(fmt.Sprintf("/proc/%d/smaps_rollup", pid)); err == nil {
+		m.FilePmdKiB = rollup["FilePmdMapped"]
 	}
 	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	m.FDs = len(fds)
-	return m, sc.Err()
+	return m, nil
+}
+
+// procFields reads the "Key: number ..." lines of a /proc file.
+func procFields(path string) (map[string]int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]int64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if fields := strings.Fields(v); ok && len(fields) > 0 {
+			if n, err := strconv.ParseInt(fields[0], 10, 64); err == nil {
+				out[k] = n
+			}
+		}
+	}
+	return out, sc.Err()
 }
 
 // resetPeak resets VmHWM to the current RSS (Linux >= 4.0).

@@ -43,7 +43,8 @@ import (
 )
 
 type benchConfig struct {
-	plugin, out, cpuprofile  string
+	plugin, floor, out       string
+	cpuprofile               string
 	n, rounds                int
 	concurrency              []int
 	cycles, cycleConcurrency int
@@ -78,6 +79,7 @@ type bench struct {
 	rawOps *rawObserver
 
 	plugins []*plugin
+	floor   *floorProc // P5's floor, while P1 runs
 }
 
 func parseFlags() (benchConfig, error) {
@@ -85,11 +87,12 @@ func parseFlags() (benchConfig, error) {
 	var conc, scen string
 	var data int64
 	flag.StringVar(&cfg.plugin, "plugin", "bin/rbdplugin", "plugin binary")
+	flag.StringVar(&cfg.floor, "floor", "bin/rbdfloor", "P5's floor: a bare go-ceph client (e2e/bench/floor)")
 	flag.StringVar(&cfg.out, "out", "results", "directory for bench-<time>.json and .md")
 	flag.StringVar(&cfg.cpuprofile, "cpuprofile", "", "write this process's CPU profile here (client side and raw baseline)")
 	flag.IntVar(&cfg.n, "n", 200, "P1/P2/P6: volumes created then deleted per measurement")
 	flag.StringVar(&conc, "concurrency", "1,4,16", "P1/P2/P6: concurrencies; the highest one also gives P5's peak")
-	flag.IntVar(&cfg.rounds, "rounds", 3, "P1/P2/P6: rounds per concurrency (a ratio is the median of the rounds' ratios)")
+	flag.IntVar(&cfg.rounds, "rounds", 5, "P1/P2/P6: rounds per concurrency (a ratio is the median of the rounds' ratios)")
 	var sizeMiB, cycleMiB int64
 	flag.Int64Var(&sizeMiB, "size-mib", 1024, "P1/P2/P6: volume size in MiB (thin; DeleteVolume without object-map visits every 4 MiB object)")
 	flag.IntVar(&cfg.cycles, "cycles", 5000, "P5: create/delete cycles")
@@ -263,28 +266,37 @@ func (b *bench) scenarios(ctx context.Context) error {
 				}
 			}
 		}
+		if sc["P5"] {
+			if b.floor, err = b.startFloor(ctx); err != nil {
+				return fmt.Errorf("P5 floor: %w", err)
+			}
+			defer b.floor.stop()
+		}
 		time.Sleep(2 * time.Second)
 		idle, err := b.memSnapshot(ctx, quiet, "p5_idle")
 		if err != nil {
 			return err
 		}
-		b.logf("P5 idle after the first Ceph connection: VmRSS %.1f MiB (anonymous %.1f, mapped files %.1f)", idle.rssMiB(), kib(idle.AnonKiB), kib(idle.FileKiB))
+		b.logf("P5 idle after the first Ceph connection: VmRSS %.1f MiB (anonymous %.1f, mapped files %.1f, of which %.1f in 2 MiB pages)",
+			idle.rssMiB(), kib(idle.AnonKiB), kib(idle.FileKiB), kib(idle.FilePmdKiB))
 		if sc["P5"] {
-			b.rep.budget("P5", fmt.Sprintf("plugin RSS idle, after the first Ceph connection (anonymous %.1f MiB, mapped files %.1f MiB)", kib(idle.AnonKiB), kib(idle.FileKiB)),
-				"MiB", idle.rssMiB(), 40, "<= 40 MiB")
-		}
-		if sc["P1"] || sc["P2"] || sc["P6"] {
-			if err := b.runP1(ctx, quiet, verbose); err != nil {
+			if err := b.idleRow(idle, b.floor); err != nil {
 				return err
 			}
 		}
+		if sc["P1"] || sc["P2"] || sc["P6"] {
+			if err := b.measured(func() error { return b.runP1(ctx, quiet, verbose) }); err != nil {
+				return err
+			}
+		}
+		b.floor.stop()
 		if sc["P5"] && b.cfg.cycles > 0 {
-			if err := b.runP5(ctx, quiet); err != nil {
+			if err := b.measured(func() error { return b.runP5(ctx, quiet) }); err != nil {
 				return err
 			}
 		}
 		if sc["P4"] {
-			if err := b.runP4(ctx, quiet); err != nil {
+			if err := b.measured(func() error { return b.runP4(ctx, quiet) }); err != nil {
 				return err
 			}
 		}
@@ -299,17 +311,27 @@ func (b *bench) scenarios(ctx context.Context) error {
 			return fmt.Errorf("warming up the node plugin: %w", err)
 		}
 		if sc["P3"] {
-			if err := b.runP3(ctx, np); err != nil {
+			if err := b.measured(func() error { return b.runP3(ctx, np) }); err != nil {
 				return err
 			}
 		}
 		if sc["P7"] {
-			if err := b.runP7(ctx, np); err != nil {
+			if err := b.measured(func() error { return b.runP7(ctx, np) }); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// measured runs a scenario and gives the rows it adds the load average
+// over its run.
+func (b *bench) measured(run func() error) error {
+	from, load := len(b.rep.Rows), newLoadSpan()
+	err := run()
+	load.sample()
+	b.rep.setLoad(from, load)
+	return err
 }
 
 func (b *bench) startPlugin(name string, args ...string) (*plugin, error) {
@@ -329,6 +351,7 @@ func (b *bench) startPlugin(name string, args ...string) (*plugin, error) {
 func (b *bench) teardown(failed bool) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	b.floor.stop()
 	left := b.led.cleanup(ctx, b.c, b.raw, b.pool)
 	for _, p := range b.plugins {
 		if !p.alive() {
@@ -367,6 +390,15 @@ func loadAvg() string {
 		return "?"
 	}
 	return strings.Fields(string(b))[0]
+}
+
+// loadNow is loadAvg as a number; -1 when it cannot be read.
+func loadNow() float64 {
+	v, err := strconv.ParseFloat(loadAvg(), 64)
+	if err != nil {
+		return -1
+	}
+	return v
 }
 
 func hostInfo(ctx context.Context, c cluster) map[string]any {

@@ -23,6 +23,64 @@ type row struct {
 	Ratio   *float64 `json:"ratio,omitempty"`
 	Target  string   `json:"target"`
 	Met     *bool    `json:"met,omitempty"`
+	// Load is the 1-minute load average while the samples behind the
+	// row were taken: how busy the machine was, the cluster included.
+	Load string `json:"load,omitempty"`
+}
+
+// loadSpan is the range of the 1-minute load average over a measurement.
+type loadSpan struct {
+	Min float64 `json:"min"`
+	Max float64 `json:"max"`
+	n   int
+}
+
+// newLoadSpan starts a span with the load average now.
+func newLoadSpan() *loadSpan {
+	s := &loadSpan{}
+	s.sample()
+	return s
+}
+
+func (s *loadSpan) sample() { s.add(loadNow()) }
+
+func (s *loadSpan) add(v float64) {
+	if v < 0 {
+		return // unreadable
+	}
+	if s.n == 0 || v < s.Min {
+		s.Min = v
+	}
+	if s.n == 0 || v > s.Max {
+		s.Max = v
+	}
+	s.n++
+}
+
+func (s *loadSpan) merge(o *loadSpan) {
+	if o != nil && o.n > 0 {
+		s.add(o.Min)
+		s.add(o.Max)
+	}
+}
+
+func (s *loadSpan) String() string {
+	switch {
+	case s == nil || s.n == 0:
+		return ""
+	case fmt.Sprintf("%.1f", s.Min) == fmt.Sprintf("%.1f", s.Max):
+		return fmt.Sprintf("%.1f", s.Min)
+	}
+	return fmt.Sprintf("%.1f-%.1f", s.Min, s.Max)
+}
+
+// setLoad gives the rows from index from on that have none the load span.
+func (r *report) setLoad(from int, s *loadSpan) {
+	for i := from; i < len(r.Rows); i++ {
+		if r.Rows[i].Load == "" {
+			r.Rows[i].Load = s.String()
+		}
+	}
 }
 
 type report struct {
@@ -84,8 +142,8 @@ func fmtVal(v float64, unit string) string {
 
 // table writes the rows as a Markdown table.
 func (r *report) table(w io.Writer) {
-	fmt.Fprintln(w, "| | measure | driver | reference | ratio | target | |")
-	fmt.Fprintln(w, "|---|---|---:|---|---:|---|---|")
+	fmt.Fprintln(w, "| | measure | driver | reference | ratio | target | | load |")
+	fmt.Fprintln(w, "|---|---|---:|---|---:|---|---|---:|")
 	for _, rw := range r.Rows {
 		ref, ratio, met := "", "", ""
 		if rw.Ref != nil {
@@ -100,7 +158,7 @@ func (r *report) table(w io.Writer) {
 		if rw.Met != nil {
 			met = map[bool]string{true: "met", false: "**missed**"}[*rw.Met]
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", rw.ID, rw.Measure, fmtVal(rw.Value, rw.Unit), ref, ratio, rw.Target, met)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", rw.ID, rw.Measure, fmtVal(rw.Value, rw.Unit), ref, ratio, rw.Target, met, rw.Load)
 	}
 }
 

@@ -1,0 +1,124 @@
+// Command floor is the memory floor P5 compares the plugin with: the
+// least a Go program holds once it links librbd and librados (through
+// internal/rbd/ceph, as the plugin does) and has made one Ceph connection.
+// It does what the bench's warm-up does to a plugin (create one volume's
+// image with its metadata, remove it), prints "ready" and holds still
+// while the bench reads its memory as it reads the plugin's. Each "burst"
+// line on its standard input then runs the Ceph work of P1's peak, N
+// creates and N read-and-removes at concurrency C, and prints "done";
+// it exits when its standard input closes. What the plugin holds above
+// this is the plugin's own: gRPC, the services, their caches.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
+	"github.com/rbdcsi/rbdcsi/internal/rbd/ceph"
+)
+
+func main() {
+	name := flag.String("image", "", "prefix of the images to create and remove (required)")
+	n := flag.Int("burst-n", 200, "images per burst")
+	c := flag.Int("burst-c", 16, "concurrency of a burst")
+	flag.Parse()
+	pool := rbd.Pool{
+		MonHost: os.Getenv("CEPH_MON_HOST"), Name: os.Getenv("CEPH_POOL"),
+		Cred: config.Credentials{ID: os.Getenv("CEPH_CSI_USER"), Key: os.Getenv("CEPH_CSI_KEY")},
+	}
+	if *name == "" || pool.MonHost == "" || pool.Cred.Key == "" {
+		fmt.Fprintln(os.Stderr, "floor: -image and a cluster in the environment (CEPH_MON_HOST, CEPH_POOL, CEPH_CSI_USER, CEPH_CSI_KEY) are required")
+		os.Exit(2)
+	}
+	if err := run(pool, *name, *n, *c); err != nil {
+		fmt.Fprintln(os.Stderr, "floor:", err)
+		os.Exit(1)
+	}
+}
+
+func run(pool rbd.Pool, name string, n, c int) error {
+	conns := ceph.NewConns(ceph.DefaultOptions())
+	defer conns.Close()
+	backend := ceph.NewBackend(conns, ceph.BackendOptions{})
+	if err := cycle(backend, pool, name); err != nil {
+		return err
+	}
+	fmt.Println("ready")
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		if in.Text() != "burst" {
+			return fmt.Errorf("unknown command %q", in.Text())
+		}
+		if err := burst(backend, pool, name, n, c); err != nil {
+			return err
+		}
+		fmt.Println("done")
+	}
+	return in.Err()
+}
+
+// cycle creates an image as CreateVolume does and removes it as
+// DeleteVolume does (read the image, then remove it).
+func cycle(backend *ceph.Backend, pool rbd.Pool, name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	spec := rbd.ImageSpec{Size: 1 << 30, Features: config.SingleWriterFeatures, Metadata: map[string]string{"rbdcsi.name": name}}
+	if err := backend.CreateImage(ctx, pool, name, spec); err != nil {
+		return err
+	}
+	if _, err := backend.StatFamily(ctx, pool, name, ""); err != nil {
+		return err
+	}
+	return backend.RemoveImage(ctx, pool, name)
+}
+
+// burst runs n cycles on c goroutines: all creates, then all removals,
+// as a P1 round does.
+func burst(backend *ceph.Backend, pool rbd.Pool, prefix string, n, c int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	spec := func(name string) rbd.ImageSpec {
+		return rbd.ImageSpec{Size: 1 << 30, Features: config.SingleWriterFeatures, Metadata: map[string]string{"rbdcsi.name": name}}
+	}
+	name := func(i int) string { return fmt.Sprintf("%s-%d", prefix, i) }
+	if err := parallel(n, c, func(i int) error { return backend.CreateImage(ctx, pool, name(i), spec(name(i))) }); err != nil {
+		return err
+	}
+	return parallel(n, c, func(i int) error {
+		if _, err := backend.StatFamily(ctx, pool, name(i), ""); err != nil {
+			return err
+		}
+		return backend.RemoveImage(ctx, pool, name(i))
+	})
+}
+
+// parallel runs f(0..n-1) on c goroutines and returns the first error.
+func parallel(n, c int, f func(i int) error) error {
+	var next atomic.Int64
+	errs := make(chan error, c)
+	for range c {
+		go func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				if err := f(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	var first error
+	for range c {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
