@@ -66,12 +66,12 @@ func machineCPU() (busy, total float64) {
 
 // cpuWatch is a set of processes whose CPU use is accounted per phase.
 type cpuWatch struct {
-	pids map[string]int
+	pids map[string][]int // by process kind: ceph-osd is every OSD
 }
 
 // cephPIDs reads the daemons' PIDs that scripts/ceph-cluster.sh recorded.
-func cephPIDs(dir string) map[string]int {
-	out := map[string]int{}
+func cephPIDs(dir string) map[string][]int {
+	out := map[string][]int{}
 	files, _ := filepath.Glob(filepath.Join(dir, "pids", "*.pid"))
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -79,8 +79,8 @@ func cephPIDs(dir string) map[string]int {
 			continue
 		}
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-			name := strings.TrimSuffix(filepath.Base(f), ".pid")
-			out["ceph-"+strings.SplitN(name, ".", 2)[0]] = pid
+			name := "ceph-" + strings.SplitN(strings.TrimSuffix(filepath.Base(f), ".pid"), ".", 2)[0]
+			out[name] = append(out[name], pid) // every OSD counts as ceph-osd
 		}
 	}
 	return out
@@ -94,9 +94,11 @@ type cpuSample struct {
 
 func (w cpuWatch) sample() cpuSample {
 	s := cpuSample{at: time.Now(), procs: map[string]float64{}}
-	for name, pid := range w.pids {
-		if v, err := procCPU(pid); err == nil {
-			s.procs[name] = v
+	for name, pids := range w.pids {
+		for _, pid := range pids {
+			if v, err := procCPU(pid); err == nil {
+				s.procs[name] += v
+			}
 		}
 	}
 	s.busy, s.all = machineCPU()

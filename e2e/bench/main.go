@@ -198,7 +198,7 @@ func run(ctx context.Context, cfg benchConfig) int {
 	b.rawOps = &rawObserver{ops: opStats{}}
 	b.raw = ceph.NewBackend(conns, ceph.BackendOptions{Observer: b.rawOps})
 	b.watch = cpuWatch{pids: cephPIDs(c.Dir)}
-	b.watch.pids["bench"] = os.Getpid()
+	b.watch.pids["bench"] = []int{os.Getpid()}
 	b.pool = rbd.Pool{MonHost: c.MonHost, Cred: config.Credentials{ID: c.CSIUser, Key: c.CSIKey}, Name: c.Pool}
 
 	b.stamp = now.Format("20060102-150405")
@@ -340,7 +340,7 @@ func (b *bench) startPlugin(name string, args ...string) (*plugin, error) {
 		return nil, err
 	}
 	b.plugins = append(b.plugins, p)
-	b.watch.pids["plugin-"+name] = p.pid()
+	b.watch.pids["plugin-"+name] = []int{p.pid()}
 	b.logf("started plugin %s (pid %d): %s", name, p.pid(), strings.Join(args, " "))
 	return p, nil
 }
@@ -420,7 +420,7 @@ func hostInfo(ctx context.Context, c cluster) map[string]any {
 	h := map[string]any{
 		"kernel": cmd("uname", "-r"), "cpus": runtime.NumCPU(), "mem_gib": float64(memKiB) / (1 << 20),
 		"ceph": cephVersion, "go": runtime.Version(), "git": cmd("git", "describe", "--tags", "--always", "--dirty"),
-		"cluster":    "1 mon, 1 memstore OSD, 1 mgr on loopback (scripts/ceph-cluster.sh)",
+		"cluster":    fmt.Sprintf("1 mon, %d memstore OSDs, 1 mgr on loopback (scripts/ceph-cluster.sh)", len(cephPIDs(c.Dir)["ceph-osd"])),
 		"load_start": loadAvg(),
 	}
 	h["summary"] = fmt.Sprintf("%d CPUs, %.0f GiB, kernel %s, Ceph %s, %s, %s", h["cpus"], h["mem_gib"], h["kernel"], cephVersion, h["go"], h["git"])
