@@ -340,8 +340,9 @@ func startPerf(pid int, data string) (*profiler, error) {
 
 // perfSummary is the top of `perf report` by shared object and by symbol.
 type perfSummary struct {
-	Data     string   `json:"data"`
-	Samples  string   `json:"samples"` // perf records at 499 Hz per CPU
+	Data    string `json:"data"`
+	Samples string `json:"samples"` // perf records at 499 Hz per CPU
+	// Each line: share, samples, name (the counts compare across profiles).
 	ByDSO    []string `json:"by_dso"`
 	BySym    []string `json:"by_symbol"`
 	ByThread []string `json:"by_thread"`
@@ -352,7 +353,7 @@ func (p *profiler) stop() (perfSummary, error) {
 	_ = p.cmd.Wait()
 	s := perfSummary{Data: p.data}
 	report := func(sort string, n int) []string {
-		out, err := exec.Command("perf", "report", "-i", p.data, "--no-children", "--sort", sort, "--stdio", "-g", "none").Output()
+		out, err := exec.Command("perf", "report", "-i", p.data, "--no-children", "-n", "--sort", sort, "--stdio", "-g", "none").Output()
 		if err != nil {
 			return nil
 		}

@@ -177,7 +177,45 @@ type provisionRun struct {
 	Load *loadSpan `json:"load"`
 }
 
-func (b *bench) provision(ctx context.Context, s side, c, round int) (provisionRun, error) {
+// phaseProfiler records the creates and the deletes of one provision run
+// under perf, each phase apart: their costs differ (a delete's read) and
+// one profile of both hides which phase a difference comes from.
+type phaseProfiler struct {
+	b    *bench
+	pid  int
+	side string
+	c    int
+	cur  *profiler
+}
+
+func (p *phaseProfiler) start(phase string) error {
+	if p == nil {
+		return nil
+	}
+	if err := os.MkdirAll(p.b.cfg.out, 0o755); err != nil {
+		return err
+	}
+	var err error
+	p.cur, err = startPerf(p.pid, filepath.Join(p.b.cfg.out, fmt.Sprintf("bench-%s-perf-%s-c%d-%s.data", p.b.stamp, p.side, p.c, phase)))
+	return err
+}
+
+func (p *phaseProfiler) stop(phase string) {
+	if p == nil || p.cur == nil {
+		return
+	}
+	sum, err := p.cur.stop()
+	p.cur = nil
+	if err != nil {
+		p.b.logf("  perf: %v", err)
+	}
+	p.b.rep.Details[fmt.Sprintf("perf_%s_c%d_%s", p.side, p.c, phase)] = sum
+	if len(sum.ByDSO) > 0 {
+		p.b.logf("  perf %s c=%d %s, %s, by shared object: %s", p.side, p.c, phase, sum.Samples, strings.Join(sum.ByDSO[:min(6, len(sum.ByDSO))], ", "))
+	}
+}
+
+func (b *bench) provision(ctx context.Context, s side, c, round int, prof *phaseProfiler) (provisionRun, error) {
 	tag := fmt.Sprintf("c%d-r%d", c, round)
 	n := b.cfg.n
 	r := provisionRun{Side: s.name, Concurrency: c, Round: round, N: n, Load: newLoadSpan()}
@@ -186,8 +224,12 @@ func (b *bench) provision(ctx context.Context, s side, c, round int) (provisionR
 	if err != nil {
 		return r, fmt.Errorf("%s: reading Ceph operation metrics: %w", s.name, err)
 	}
+	if err := prof.start("create"); err != nil {
+		return r, err
+	}
 	cpu0 := b.watch.sample()
 	took, err := runOps(ctx, n, c, func(ctx context.Context, i int) error { return s.create(ctx, tag, i) })
+	prof.stop("create")
 	if err != nil {
 		return r, fmt.Errorf("%s creates at c=%d: %w", s.name, c, err)
 	}
@@ -200,8 +242,12 @@ func (b *bench) provision(ctx context.Context, s side, c, round int) (provisionR
 	}
 	r.CreateOps = ops1.since(ops0, n)
 
+	if err := prof.start("delete"); err != nil {
+		return r, err
+	}
 	cpu1 = b.watch.sample()
 	took, err = runOps(ctx, n, c, func(ctx context.Context, i int) error { return s.remove(ctx, tag, i) })
+	prof.stop("delete")
 	if err != nil {
 		return r, fmt.Errorf("%s deletes at c=%d: %w", s.name, c, err)
 	}
@@ -341,31 +387,15 @@ func (b *bench) p1(ctx context.Context, quiet, verbose *plugin) ([]provisionRun,
 		for round := 0; round < b.cfg.rounds; round++ {
 			for k := range sides {
 				s := sides[(k+round)%len(sides)]
-				var prof *profiler
+				var prof *phaseProfiler
 				if b.cfg.perf && c == top && round == 0 && (s.name == "raw" || s.name == "driver") {
 					pid := quiet.pid()
 					if s.name == "raw" {
 						pid = os.Getpid()
 					}
-					if err := os.MkdirAll(b.cfg.out, 0o755); err != nil {
-						return nil, peak, 0, err
-					}
-					var err error
-					if prof, err = startPerf(pid, filepath.Join(b.cfg.out, fmt.Sprintf("bench-%s-perf-%s-c%d.data", b.stamp, s.name, c))); err != nil {
-						return nil, peak, 0, err
-					}
+					prof = &phaseProfiler{b: b, pid: pid, side: s.name, c: c}
 				}
-				r, err := b.provision(ctx, s, c, round)
-				if prof != nil {
-					sum, perr := prof.stop()
-					if perr != nil {
-						b.logf("  perf: %v", perr)
-					}
-					b.rep.Details[fmt.Sprintf("perf_%s_c%d", s.name, c)] = sum
-					if len(sum.ByDSO) > 0 {
-						b.logf("  perf %s c=%d by shared object: %s", s.name, c, strings.Join(sum.ByDSO[:min(6, len(sum.ByDSO))], ", "))
-					}
-				}
+				r, err := b.provision(ctx, s, c, round, prof)
 				if err != nil {
 					if sampler != nil {
 						sampler.finish()

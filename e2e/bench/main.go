@@ -109,7 +109,7 @@ func parseFlags() (benchConfig, error) {
 	flag.DurationVar(&cfg.nodeTimeout, "node-timeout", 5*time.Minute, "deadline of each node call and of the DeleteVolume of P3's 1 TiB volumes")
 	flag.StringVar(&cfg.imageFeatures, "image-features", "", "StorageClass imageFeatures for every volume (and the raw baseline); empty: the driver's default for single-writer volumes")
 	flag.BoolVar(&cfg.keepWork, "keep-work", false, "keep the work directory (plugin logs) after the run")
-	flag.BoolVar(&cfg.perf, "perf", false, "profile the plugin with perf record during its first P1 round at the top concurrency and of this process during the raw baseline's (summaries in the JSON, perf.data in the results directory)")
+	flag.BoolVar(&cfg.perf, "perf", false, "profile the plugin with perf record during its first P1 round at the top concurrency and this process during the raw baseline's, creates and deletes apart (summaries with sample counts in the JSON, perf.data in the results directory)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %v", flag.Args())
