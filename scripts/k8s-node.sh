@@ -310,8 +310,11 @@ cmd_up() {
 	# VolumeSnapshot CRDs and the snapshot-controller: cluster add-ons the
 	# driver's deploy/ expects to be there (README, "Installing").
 	kubectl apply -k "$CACHE/crds" >"$DIR/log/crds.log" 2>&1 || die "applying the VolumeSnapshot CRDs failed: $(cat "$DIR/log/crds.log")"
-	kubectl wait --for=condition=Established --timeout=60s crd/volumesnapshots.snapshot.storage.k8s.io \
-		crd/volumesnapshotcontents.snapshot.storage.k8s.io crd/volumesnapshotclasses.snapshot.storage.k8s.io >/dev/null
+	# In a loop: kubectl wait fails at once, rather than waiting, on a CRD
+	# whose status has no conditions yet ("<nil> is of the type <nil>").
+	wait_until "the VolumeSnapshot CRDs" 60 "" kubectl wait --for=condition=Established --timeout=2s \
+		crd/volumesnapshots.snapshot.storage.k8s.io crd/volumesnapshotcontents.snapshot.storage.k8s.io \
+		crd/volumesnapshotclasses.snapshot.storage.k8s.io
 	start_daemon snapshot-controller "$BIN/snapshot-controller" --kubeconfig="$DIR/kubeconfig" \
 		--leader-election=false --http-endpoint=127.0.0.1:8090 --v=2
 
