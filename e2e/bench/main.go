@@ -267,10 +267,10 @@ func (b *bench) scenarios(ctx context.Context) error {
 			}
 		}
 		if sc["P5"] {
+			// Stopped after P1, or by the teardown.
 			if b.floor, err = b.startFloor(ctx); err != nil {
 				return fmt.Errorf("P5 floor: %w", err)
 			}
-			defer b.floor.stop()
 		}
 		time.Sleep(2 * time.Second)
 		idle, err := b.memSnapshot(ctx, quiet, "p5_idle")
@@ -280,7 +280,7 @@ func (b *bench) scenarios(ctx context.Context) error {
 		b.logf("P5 idle after the first Ceph connection: VmRSS %.1f MiB (anonymous %.1f, mapped files %.1f, of which %.1f in 2 MiB pages)",
 			idle.rssMiB(), kib(idle.AnonKiB), kib(idle.FileKiB), kib(idle.FilePmdKiB))
 		if sc["P5"] {
-			if err := b.idleRow(idle, b.floor); err != nil {
+			if err := b.idleRow(ctx, idle, b.floor); err != nil {
 				return err
 			}
 		}

@@ -41,32 +41,36 @@ func (b *bench) startFloor(ctx context.Context) (*floorProc, error) {
 		return nil, err
 	}
 	f.out = bufio.NewReader(stdout)
-	b.led.addRaw(f.prefix)
+	warm := f.prefix + "-0" // the warm-up is a burst of one
+	b.led.addRaw(warm)
 	if err := f.cmd.Start(); err != nil {
 		return nil, err
 	}
 	if err := f.expect("ready"); err != nil {
-		f.stop()
 		return nil, err
 	}
-	b.led.dropRaw(f.prefix)
+	b.led.dropRaw(warm)
 	return f, nil
 }
 
+// expect reads the floor's next line; anything but word stops it. Its
+// standard error is read only after it stopped: exec copies it until then.
 func (f *floorProc) expect(word string) error {
 	line, err := f.out.ReadString('\n')
+	if err == nil && strings.TrimSpace(line) == word {
+		return nil
+	}
+	f.stop()
 	if err != nil {
 		return fmt.Errorf("floor program: %w: %s", err, strings.TrimSpace(f.stderr.String()))
 	}
-	if strings.TrimSpace(line) != word {
-		return fmt.Errorf("floor program said %q, not %q", line, word)
-	}
-	return nil
+	return fmt.Errorf("floor program said %q, not %q", line, word)
 }
 
-// burst runs P1's Ceph work at the top concurrency in the floor program
-// (N creates, then N reads and removals) and returns its peak memory.
-func (b *bench) floorBurst(f *floorProc) (memStat, error) {
+// floorBurst runs P1's Ceph work at the top concurrency in the floor
+// program (N creates, then N reads and removals) and returns its memory,
+// VmHWM the peak, recorded under p5_floor_peak.
+func (b *bench) floorBurst(ctx context.Context, f *floorProc) (memStat, error) {
 	if err := resetPeak(f.cmd.Process.Pid); err != nil {
 		return memStat{}, err
 	}
@@ -84,7 +88,7 @@ func (b *bench) floorBurst(f *floorProc) (memStat, error) {
 	for _, n := range names {
 		b.led.dropRaw(n)
 	}
-	return readMem(f.cmd.Process.Pid)
+	return b.memDetails(ctx, f.cmd.Process.Pid, "", "p5_floor_peak")
 }
 
 // stop ends the floor program; safe to call twice.
@@ -107,30 +111,19 @@ func (f *floorProc) stop() {
 // idleRow adds P5's idle row: the plugin's RSS after its first Ceph
 // connection against its budget, with the floor's beside it, read after
 // the same warm-up and the same wait.
-func (b *bench) idleRow(idle memStat, f *floorProc) error {
+func (b *bench) idleRow(ctx context.Context, idle memStat, f *floorProc) error {
 	load := newLoadSpan()
-	floor, err := readMem(f.cmd.Process.Pid)
+	floor, err := b.memDetails(ctx, f.cmd.Process.Pid, "", "p5_floor_idle")
 	if err != nil {
 		return fmt.Errorf("P5 floor: %w", err)
 	}
 	b.logf("P5 floor, a bare go-ceph client: VmRSS %.1f MiB (anonymous %.1f, mapped files %.1f, of which %.1f in 2 MiB pages)",
 		floor.rssMiB(), kib(floor.AnonKiB), kib(floor.FileKiB), kib(floor.FilePmdKiB))
-	b.rep.Details["p5_floor_idle"] = floorDetails(f, floor)
 	b.rep.budget("P5", fmt.Sprintf("plugin RSS idle, after the first Ceph connection (anonymous %.1f MiB vs %.1f, mapped files %.1f vs %.1f, of which in 2 MiB pages %.1f vs %.1f)",
 		kib(idle.AnonKiB), kib(floor.AnonKiB), kib(idle.FileKiB), kib(floor.FileKiB), kib(idle.FilePmdKiB), kib(floor.FilePmdKiB)),
 		"MiB", idle.rssMiB(), targetIdleMiB, fmt.Sprintf("<= %.0f MiB", targetIdleMiB))
 	b.withRef(floor.rssMiB(), "bare go-ceph client", load)
 	return nil
-}
-
-// floorDetails is the floor's memory for the report: as memSnapshot
-// records a plugin's.
-func floorDetails(f *floorProc, m memStat) map[string]any {
-	d := map[string]any{"status": m}
-	if maps, err := rssByMapping(f.cmd.Process.Pid); err == nil {
-		d["rss_by_mapping"] = maps[:min(len(maps), 12)]
-	}
-	return d
 }
 
 // withRef puts a reference and the ratio to it beside the last row, a

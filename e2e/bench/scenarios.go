@@ -219,11 +219,10 @@ func (b *bench) runP1(ctx context.Context, quiet, verbose *plugin) error {
 		if err != nil {
 			return err
 		}
-		floor, err := b.floorBurst(b.floor)
+		floor, err := b.floorBurst(ctx, b.floor)
 		if err != nil {
 			return fmt.Errorf("P5 floor: %w", err)
 		}
-		b.rep.Details["p5_floor_peak"] = floorDetails(b.floor, floor)
 		b.logf("P5 floor, a bare go-ceph client, after one P1 round of its Ceph work at c=%d: VmHWM %.1f MiB (anonymous %.1f, mapped files %.1f)",
 			top, floor.hwmMiB(), kib(floor.AnonKiB), kib(floor.FileKiB))
 		b.rep.budget("P5", fmt.Sprintf("plugin peak RSS during P1 at c=%d (VmHWM; right after: anonymous %.1f MiB vs %.1f, mapped files %.1f vs %.1f)",
@@ -264,15 +263,23 @@ func (b *bench) runP5(ctx context.Context, p *plugin) error {
 // details under key: /proc status, the Go runtime's own figures from its
 // metrics, and the RSS by mapped file.
 func (b *bench) memSnapshot(ctx context.Context, p *plugin, key string) (memStat, error) {
-	m, err := readMem(p.pid())
+	return b.memDetails(ctx, p.pid(), p.metricsAddr, key)
+}
+
+// memDetails is memSnapshot of any process; metricsAddr "" (the floor
+// serves no metrics) leaves the Go runtime's figures out.
+func (b *bench) memDetails(ctx context.Context, pid int, metricsAddr, key string) (memStat, error) {
+	m, err := readMem(pid)
 	if err != nil {
 		return m, err
 	}
 	snap := map[string]any{"status": m}
-	if g, err := scrapeGoMem(ctx, p.metricsAddr); err == nil {
-		snap["go"] = g
+	if metricsAddr != "" {
+		if g, err := scrapeGoMem(ctx, metricsAddr); err == nil {
+			snap["go"] = g
+		}
 	}
-	if maps, err := rssByMapping(p.pid()); err == nil {
+	if maps, err := rssByMapping(pid); err == nil {
 		snap["rss_by_mapping"] = maps[:min(len(maps), 12)]
 	}
 	b.rep.Details[key] = snap
