@@ -200,6 +200,7 @@ func TestParseParams(t *testing.T) {
 		"shell mkfs":     {"clusterID": "c1", "pool": "rbd", "mkfsOptions": "-m0 $(reboot)"},
 		"long cluster":   {"clusterID": strings.Repeat("c", 41), "pool": "rbd"},
 		"static class":   {"clusterID": "c1", "pool": "rbd", "staticVolume": "true"},
+		"created empty":  {"clusterID": "c1", "pool": "rbd", "createdEmpty": "false"},
 		"long pvc name":  {"clusterID": "c1", "pool": "rbd", "csi.storage.k8s.io/pvc/name": strings.Repeat("n", 254)},
 	} {
 		if _, err := ParseParams(in); err == nil {
@@ -225,6 +226,25 @@ func TestStaticVolumeContext(t *testing.T) {
 		if _, err := ParseVolumeContext(in); err == nil {
 			t.Errorf("%s: accepted %v", name, in)
 		}
+	}
+}
+
+// createdEmpty comes back from CreateVolume's context, and only there.
+func TestCreatedEmptyContext(t *testing.T) {
+	p, err := ParseParams(map[string]string{"clusterID": "c1", "pool": "rbd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := p.VolumeContext()[ParamCreatedEmpty]; ok {
+		t.Errorf("a volume not created yet says createdEmpty: %v", p.VolumeContext())
+	}
+	p.CreatedEmpty = true
+	back, err := ParseVolumeContext(p.VolumeContext())
+	if err != nil || !back.CreatedEmpty || back.Static {
+		t.Errorf("createdEmpty did not survive its context: %+v %v", back, err)
+	}
+	if _, err := ParseVolumeContext(map[string]string{"clusterID": "c1", "pool": "rbd", "createdEmpty": "yes"}); err == nil {
+		t.Error("createdEmpty \"yes\" accepted")
 	}
 }
 

@@ -23,6 +23,11 @@ const (
 	// this driver did not create (rbd create, ceph-csi, the in-tree plugin)
 	// that an admin hands to it. Never a StorageClass parameter.
 	ParamStaticVolume = "staticVolume"
+	// ParamCreatedEmpty "true" in a volume context says CreateVolume made
+	// the image empty (no snapshot or volume to copy): no block of it was
+	// ever written, so the node may format it taking every block for
+	// zeros. Set by the controller only, never a StorageClass parameter.
+	ParamCreatedEmpty = "createdEmpty"
 	// ParamVolumeNamePrefix replaces csi-vol- in the names of the
 	// StorageClass's images, so `rbd ls` shows whose they are.
 	ParamVolumeNamePrefix = "volumeNamePrefix"
@@ -54,6 +59,7 @@ type Params struct {
 	MkfsOptions   []string
 	Owner         Owner // who asked for the volume, where the provisioner says
 	Static        bool  // a volume context's staticVolume
+	CreatedEmpty  bool  // a volume context's createdEmpty
 	QoS           QoS   // the StorageClass's QoS parameters (qos.go)
 	// VolumeNamePrefix names new images instead of csi-vol- ("": that).
 	VolumeNamePrefix string
@@ -119,6 +125,9 @@ func ParseParams(in map[string]string) (Params, error) {
 	if p.Static {
 		return Params{}, fmt.Errorf("%s is a PersistentVolume's volumeAttribute for an existing image, not a StorageClass parameter", ParamStaticVolume)
 	}
+	if _, ok := in[ParamCreatedEmpty]; ok {
+		return Params{}, fmt.Errorf("%s is set by the driver in a volume's context, not a StorageClass parameter", ParamCreatedEmpty)
+	}
 	if len(p.MkfsOptions) > 0 {
 		fs := p.FsType
 		if fs == "" {
@@ -152,7 +161,7 @@ func parse(in map[string]string) (Params, error) {
 	for _, k := range sortedKeys(in) {
 		switch k {
 		case ParamClusterID, ParamPool, ParamDataPool, ParamImageFeatures, ParamFsType,
-			ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions, ParamStaticVolume, ParamVolumeNamePrefix,
+			ParamMounter, ParamMapOptions, ParamUnmapOptions, ParamMkfsOptions, ParamStaticVolume, ParamCreatedEmpty, ParamVolumeNamePrefix,
 			ParamTopologyConstrainedPools, ParamEncrypted, ParamEncryptionKMSID, ParamEncryptionAllowDiscards:
 		default:
 			if !strings.HasPrefix(k, ReservedPrefix) && !IsQoSParam(k) {
@@ -162,6 +171,9 @@ func parse(in map[string]string) (Params, error) {
 	}
 	var err error
 	if p.Static, err = parseBool(in, ParamStaticVolume); err != nil {
+		return Params{}, err
+	}
+	if p.CreatedEmpty, err = parseBool(in, ParamCreatedEmpty); err != nil {
 		return Params{}, err
 	}
 	if p.Encryption, err = parseEncryption(in); err != nil {
@@ -237,6 +249,9 @@ func (p Params) VolumeContext() map[string]string {
 		if v != "" {
 			ctx[k] = v
 		}
+	}
+	if p.CreatedEmpty {
+		ctx[ParamCreatedEmpty] = "true"
 	}
 	p.Encryption.context(ctx)
 	return ctx

@@ -101,6 +101,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		finalSize, err = c.createFromSource(ctx, pool, vol.Image, name, params, req.GetCapacityRange(), cs, req.GetSecrets())
 	} else {
 		finalSize, err = c.createImage(ctx, pool, vol.Image, name, spec, req.GetCapacityRange(), params.Encryption, req.GetSecrets())
+		params.CreatedEmpty = true // the node may format it as all zeros
 	}
 	if err != nil {
 		return nil, err

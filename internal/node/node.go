@@ -82,6 +82,10 @@ type Options struct {
 	Crypt  Crypt
 	Images Images
 	KMS    kms.Config
+	// MkfsPrezeroed says mkfs.ext4 takes -E assume_storage_prezeroed
+	// (E2fsprogsPrezeroed): volumes created empty are then formatted
+	// without leaving inode tables for the kernel to zero.
+	MkfsPrezeroed bool
 	// CgroupRoot is the cgroup v2 hierarchy holding the pods' cgroups,
 	// where krbd volumes get their QoS limits (qos.go); "": none set.
 	CgroupRoot string
@@ -109,6 +113,7 @@ type Node struct {
 	crypt          Crypt
 	images         Images
 	kms            kms.Config
+	mkfsPrezeroed  bool
 }
 
 // New returns a Node; it fails if the state directory cannot be used.
@@ -146,7 +151,7 @@ func New(o Options) (*Node, error) {
 		id: o.NodeID, mappers: o.Mappers, defaultMounter: o.DefaultMounter, mounter: mounter,
 		run: run, maxVolumes: o.MaxVolumesPerNode, topology: o.Topology, clusters: o.Clusters, store: st, locks: lock.New(), fence: o.Fence, fault: o.Fault,
 		unfence: o.Unfence, lifts: o.Lifts,
-		cgroupRoot: o.CgroupRoot, crypt: o.Crypt, images: o.Images, kms: o.KMS,
+		cgroupRoot: o.CgroupRoot, crypt: o.Crypt, images: o.Images, kms: o.KMS, mkfsPrezeroed: o.MkfsPrezeroed,
 	}, nil
 }
 

@@ -220,7 +220,14 @@ func (n *Node) stage(ctx context.Context, rec *record, m mapper.Mapper, params c
 		}
 	}
 	if !rec.Cap.Block {
-		if err := n.mountStaging(ctx, rec, params.MkfsOptions); err != nil {
+		blank := blankUnknown
+		if params.CreatedEmpty && !params.Static {
+			blank = blankZeros
+			if rec.Crypt != "" {
+				blank = blankFresh
+			}
+		}
+		if err := n.mountStaging(ctx, rec, params.MkfsOptions, blank); err != nil {
 			return err
 		}
 	}
@@ -230,7 +237,7 @@ func (n *Node) stage(ctx context.Context, rec *record, m mapper.Mapper, params c
 
 // mountStaging formats the device if (and only if) it holds nothing, then
 // mounts it at the staging path.
-func (n *Node) mountStaging(ctx context.Context, rec *record, mkfsOptions []string) error {
+func (n *Node) mountStaging(ctx context.Context, rec *record, mkfsOptions []string, blank blankness) error {
 	dev := rec.dataDevice()
 	if ours, err := n.mountedFrom(rec.StagingPath, dev, false); err != nil || ours {
 		return err // a retry after a crash that came after the mount
@@ -256,7 +263,7 @@ func (n *Node) mountStaging(ctx context.Context, rec *record, mkfsOptions []stri
 				return fmt.Errorf("volume %s: %w", rec.VolumeID, err)
 			}
 		}
-		name, args := mkfsArgs(fsType, mkfsOptions, dev, size)
+		name, args := mkfsArgs(fsType, mkfsOptions, dev, size, blank, n.mkfsPrezeroed)
 		klog.InfoS("formatting empty volume", "volumeID", rec.VolumeID, "device", dev, "command", name, "args", args)
 		// runs: mkfs.ext4 mkfs.xfs (mkfsArgs)
 		if _, err := n.run.Run(ctx, name, args...); err != nil {

@@ -126,7 +126,8 @@ func checkMountFlags(flags []string) error {
 // kubelet adds pod information) are none of its business.
 var contextKeys = []string{config.ParamClusterID, config.ParamPool, config.ParamMounter,
 	config.ParamMapOptions, config.ParamUnmapOptions, config.ParamMkfsOptions,
-	config.ParamEncrypted, config.ParamEncryptionKMSID, config.ParamEncryptionAllowDiscards}
+	config.ParamEncrypted, config.ParamEncryptionKMSID, config.ParamEncryptionAllowDiscards,
+	config.ParamCreatedEmpty, config.ParamStaticVolume}
 
 // volumeParams are the StorageClass parameters the node uses, from the
 // volume context, checked against the volume ID. A statically provisioned

@@ -134,27 +134,51 @@ func TestParseBlkid(t *testing.T) {
 }
 
 func TestMkfsAndGrowArgs(t *testing.T) {
-	name, args := mkfsArgs("ext4", nil, "/dev/loop0", 1<<30)
-	if name != "mkfs.ext4" || !slices.Equal(args, []string{"-m0", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1", "-G", "4096", "/dev/loop0"}) {
-		t.Errorf("ext4: %s %q", name, args)
+	for _, c := range []struct {
+		blank     blankness
+		prezeroed bool
+		init      string
+	}{
+		// Created empty, plain: nothing for the kernel to zero later.
+		{blankZeros, true, "nodiscard,assume_storage_prezeroed=1"},
+		// ... unless mke2fs predates the option.
+		{blankZeros, false, "nodiscard,lazy_itable_init=1,lazy_journal_init=1"},
+		// Created empty, read through dm-crypt: not zeros, never written.
+		{blankFresh, true, "nodiscard,lazy_itable_init=1,lazy_journal_init=1"},
+		// Maybe written before: the journal is zeroed.
+		{blankUnknown, true, "nodiscard,lazy_itable_init=1"},
+	} {
+		name, args := mkfsArgs("ext4", nil, "/dev/loop0", 1<<30, c.blank, c.prezeroed)
+		if want := []string{"-m0", "-E", c.init, "-G", "4096", "/dev/loop0"}; name != "mkfs.ext4" || !slices.Equal(args, want) {
+			t.Errorf("ext4, %d %v: %s %q, want %q", c.blank, c.prezeroed, name, args, want)
+		}
 	}
-	name, args = mkfsArgs("xfs", nil, "/dev/rbd0", 1<<40)
+	name, args := mkfsArgs("xfs", nil, "/dev/rbd0", 1<<40, blankZeros, true)
 	if name != "mkfs.xfs" || !slices.Equal(args, []string{"-K", "-l", "size=64m", "/dev/rbd0"}) {
 		t.Errorf("xfs, 1 TiB: %s %q", name, args)
 	}
 	// Below 1 GiB mkfs.xfs picks 64 MiB itself, or says the volume is too
 	// small in its own words (a fixed log would say the log is too big).
-	if _, args = mkfsArgs("xfs", nil, "/dev/rbd0", 320<<20); !slices.Equal(args, []string{"-K", "/dev/rbd0"}) {
+	if _, args = mkfsArgs("xfs", nil, "/dev/rbd0", 320<<20, blankZeros, true); !slices.Equal(args, []string{"-K", "/dev/rbd0"}) {
 		t.Errorf("xfs, 320 MiB: %q", args)
 	}
 	opts := []string{"-m1", "-L", "data"}
-	if _, args = mkfsArgs("ext4", opts, "/dev/rbd0", 1<<30); !slices.Equal(args, []string{"-m1", "-L", "data", "/dev/rbd0"}) || len(opts) != 3 {
+	if _, args = mkfsArgs("ext4", opts, "/dev/rbd0", 1<<30, blankZeros, true); !slices.Equal(args, []string{"-m1", "-L", "data", "/dev/rbd0"}) || len(opts) != 3 {
 		t.Errorf("mkfsOptions: %q", args)
 	}
 	for _, fs := range []string{"ext4", "xfs"} {
-		_, args := mkfsArgs(fs, nil, "/dev/x", 1<<30)
+		_, args := mkfsArgs(fs, nil, "/dev/x", 1<<30, blankUnknown, false)
 		if slices.Contains(args, "-F") || slices.Contains(args, "-f") {
 			t.Errorf("%s is forced: %q", fs, args)
+		}
+	}
+	for out, want := range map[string]bool{
+		"mke2fs 1.47.0 (5-Feb-2023)\n\tUsing EXT2FS Library version 1.47.0\n": true,
+		"mke2fs 1.47.2 (1-Jan-2025)":                                          true, "mke2fs 2.0.1 (x)": true,
+		"mke2fs 1.46.5 (30-Dec-2021)": false, "mke2fs 1.9 (x)": false, "": false, "mke2fs: command not found": false,
+	} {
+		if got := E2fsprogsPrezeroed(out); got != want {
+			t.Errorf("E2fsprogsPrezeroed(%q) = %v", out, got)
 		}
 	}
 	if n, a, _ := growArgs("ext4", "/dev/rbd0", "/stage"); n != "resize2fs" || !slices.Equal(a, []string{"/dev/rbd0"}) {
