@@ -102,7 +102,8 @@ BENCH_FLAGS ?=
 bench: build
 	go build -o bin/rbdbench ./e2e/bench
 	go build -o bin/rbdfloor ./e2e/bench/floor
-	scripts/with-cluster.sh bin/rbdbench -plugin $(BIN) -floor bin/rbdfloor -out results $(BENCH_FLAGS)
+	go build -o bin/rbdgrpcfloor ./e2e/bench/grpcfloor
+	scripts/with-cluster.sh bin/rbdbench -plugin $(BIN) -floor bin/rbdfloor -grpc-floor bin/rbdgrpcfloor -out results $(BENCH_FLAGS)
 
 # The node suite on a real kernel (README, "A real kernel"): QEMU guests
 # running Debian's kernel map through krbd and nbd against a real cluster,

@@ -132,9 +132,13 @@ func (b *bench) pluginSide(name string, p *plugin, size int64) side {
 	ids := map[string]string{}
 	key := func(tag string, i int) string { return fmt.Sprintf("bench-%s-%s-%s-%d", b.runID, name, tag, i) }
 	cc := p.controller()
+	ops := func(ctx context.Context) (opStats, error) { return scrapeOps(ctx, p.metricsAddr) }
+	if p.noMetrics {
+		ops = func(context.Context) (opStats, error) { return opStats{}, nil }
+	}
 	return side{
 		name: name,
-		ops:  func(ctx context.Context) (opStats, error) { return scrapeOps(ctx, p.metricsAddr) },
+		ops:  ops,
 		create: func(ctx context.Context, tag string, i int) error {
 			v, err := b.createVolume(ctx, cc, key(tag, i), size, "ext4", nil)
 			if err != nil {
@@ -366,6 +370,9 @@ func orEmpty(s string) string {
 // that drift on a noisy machine hits all sides alike.
 func (b *bench) p1(ctx context.Context, quiet, verbose *plugin) ([]provisionRun, memStat, int64, error) {
 	sides := []side{b.rawSide(b.cfg.size), b.rawCheckedSide(b.cfg.size), b.pluginSide("driver", quiet, b.cfg.size)}
+	if b.gfloor != nil {
+		sides = append(sides, b.pluginSide("grpc-floor", b.gfloor, b.cfg.size))
+	}
 	if verbose != nil {
 		sides = append(sides, b.pluginSide("driver-v5", verbose, b.cfg.size))
 	}
@@ -382,16 +389,24 @@ func (b *bench) p1(ctx context.Context, quiet, verbose *plugin) ([]provisionRun,
 			if err := resetPeak(quiet.pid()); err != nil {
 				return nil, peak, 0, fmt.Errorf("resetting the plugin's VmHWM: %w", err)
 			}
+			if b.gfloor != nil {
+				if err := resetPeak(b.gfloor.pid()); err != nil {
+					return nil, peak, 0, fmt.Errorf("resetting the gRPC floor's VmHWM: %w", err)
+				}
+			}
 			sampler = sampleRSS(quiet.pid(), 50*time.Millisecond)
 		}
 		for round := 0; round < b.cfg.rounds; round++ {
 			for k := range sides {
 				s := sides[(k+round)%len(sides)]
 				var prof *phaseProfiler
-				if b.cfg.perf && c == top && round == 0 && (s.name == "raw" || s.name == "driver") {
+				if b.cfg.perf && c == top && round == 0 && (s.name == "raw" || s.name == "driver" || s.name == "grpc-floor") {
 					pid := quiet.pid()
-					if s.name == "raw" {
+					switch s.name {
+					case "raw":
 						pid = os.Getpid()
+					case "grpc-floor":
+						pid = b.gfloor.pid()
 					}
 					prof = &phaseProfiler{b: b, pid: pid, side: s.name, c: c}
 				}

@@ -94,6 +94,7 @@ type plugin struct {
 	done        chan struct{}
 	conn        *grpc.ClientConn
 	logFile     *os.File
+	noMetrics   bool // serves no metrics (the gRPC floor)
 }
 
 // startPlugin runs bin with args plus --endpoint and --cluster-config; its

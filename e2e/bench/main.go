@@ -43,7 +43,8 @@ import (
 )
 
 type benchConfig struct {
-	plugin, floor, out       string
+	plugin, floor, grpcFloor string
+	out                      string
 	cpuprofile               string
 	n, rounds                int
 	concurrency              []int
@@ -80,6 +81,9 @@ type bench struct {
 
 	plugins []*plugin
 	floor   *floorProc // P5's floor, while P1 runs
+	// gfloor is the gRPC floor (e2e/bench/grpcfloor), a side of P1 and P2
+	// and a reference of P5; nil when neither runs.
+	gfloor *plugin
 }
 
 func parseFlags() (benchConfig, error) {
@@ -88,6 +92,7 @@ func parseFlags() (benchConfig, error) {
 	var data int64
 	flag.StringVar(&cfg.plugin, "plugin", "bin/rbdplugin", "plugin binary")
 	flag.StringVar(&cfg.floor, "floor", "bin/rbdfloor", "P5's floor: a bare go-ceph client (e2e/bench/floor)")
+	flag.StringVar(&cfg.grpcFloor, "grpc-floor", "bin/rbdgrpcfloor", "P1, P2 and P5's gRPC floor: a minimal CSI controller (e2e/bench/grpcfloor)")
 	flag.StringVar(&cfg.out, "out", "results", "directory for bench-<time>.json and .md")
 	flag.StringVar(&cfg.cpuprofile, "cpuprofile", "", "write this process's CPU profile here (client side and raw baseline)")
 	flag.IntVar(&cfg.n, "n", 200, "P1/P2/P6: volumes created then deleted per measurement")
@@ -109,7 +114,7 @@ func parseFlags() (benchConfig, error) {
 	flag.DurationVar(&cfg.nodeTimeout, "node-timeout", 5*time.Minute, "deadline of each node call and of the DeleteVolume of P3's 1 TiB volumes")
 	flag.StringVar(&cfg.imageFeatures, "image-features", "", "StorageClass imageFeatures for every volume (and the raw baseline); empty: the driver's default for single-writer volumes")
 	flag.BoolVar(&cfg.keepWork, "keep-work", false, "keep the work directory (plugin logs) after the run")
-	flag.BoolVar(&cfg.perf, "perf", false, "profile the plugin with perf record during its first P1 round at the top concurrency and this process during the raw baseline's, creates and deletes apart (summaries with sample counts in the JSON, perf.data in the results directory)")
+	flag.BoolVar(&cfg.perf, "perf", false, "profile the plugin and the gRPC floor with perf record during their first P1 round at the top concurrency, and this process during the raw baseline's, creates and deletes apart (summaries with sample counts in the JSON, perf.data in the results directory)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %v", flag.Args())
@@ -256,10 +261,16 @@ func (b *bench) scenarios(ctx context.Context) error {
 				return err
 			}
 		}
+		if sc["P1"] || sc["P2"] || sc["P5"] {
+			if b.gfloor, err = b.startPluginBin(b.cfg.grpcFloor, "grpc-floor"); err != nil {
+				return fmt.Errorf("gRPC floor: %w", err)
+			}
+			b.gfloor.noMetrics = true
+		}
 		if err := b.warmRaw(ctx); err != nil {
 			return fmt.Errorf("raw baseline: %w", err)
 		}
-		for _, p := range []*plugin{quiet, verbose} {
+		for _, p := range []*plugin{quiet, verbose, b.gfloor} {
 			if p != nil {
 				if err := b.warm(ctx, p); err != nil {
 					return err
@@ -335,7 +346,11 @@ func (b *bench) measured(run func() error) error {
 }
 
 func (b *bench) startPlugin(name string, args ...string) (*plugin, error) {
-	p, err := startPlugin(b.cfg.plugin, b.work, name, b.c, args...)
+	return b.startPluginBin(b.cfg.plugin, name, args...)
+}
+
+func (b *bench) startPluginBin(bin, name string, args ...string) (*plugin, error) {
+	p, err := startPlugin(bin, b.work, name, b.c, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -123,6 +123,19 @@ func (b *bench) idleRow(ctx context.Context, idle memStat, f *floorProc) error {
 		kib(idle.AnonKiB), kib(floor.AnonKiB), kib(idle.FileKiB), kib(floor.FileKiB), kib(idle.FilePmdKiB), kib(floor.FilePmdKiB)),
 		"MiB", idle.rssMiB(), targetIdleMiB, fmt.Sprintf("<= %.0f MiB", targetIdleMiB))
 	b.withRef(floor.rssMiB(), "bare go-ceph client", load)
+	if b.gfloor == nil {
+		return nil
+	}
+	gf, err := b.memSnapshot(ctx, b.gfloor, "p5_grpc_floor_idle")
+	if err != nil {
+		return fmt.Errorf("P5 gRPC floor: %w", err)
+	}
+	b.logf("P5 gRPC floor, a minimal CSI controller on go-ceph: VmRSS %.1f MiB (anonymous %.1f, mapped files %.1f, of which %.1f in 2 MiB pages)",
+		gf.rssMiB(), kib(gf.AnonKiB), kib(gf.FileKiB), kib(gf.FilePmdKiB))
+	b.rep.compare("P5", fmt.Sprintf("plugin RSS idle vs the gRPC floor's (anonymous %.1f MiB vs %.1f, mapped files %.1f vs %.1f, of which in 2 MiB pages %.1f vs %.1f)",
+		kib(idle.AnonKiB), kib(gf.AnonKiB), kib(idle.FileKiB), kib(gf.FileKiB), kib(idle.FilePmdKiB), kib(gf.FilePmdKiB)),
+		"MiB", idle.rssMiB(), gf.rssMiB(), "gRPC floor", 0, 0)
+	b.withRef(gf.rssMiB(), "gRPC floor", load)
 	return nil
 }
 

@@ -149,7 +149,9 @@ func (b *bench) runP1(ctx context.Context, quiet, verbose *plugin) error {
 		b.rep.compare(id, measure, "ops/s", pick(side, c, f), pick(ref, c, f), refName, atLeast, 0)
 		rw := &b.rep.Rows[len(b.rep.Rows)-1]
 		rw.Ratio = ptr(ratio(side, ref, c, f))
-		rw.Met = ptr(*rw.Ratio >= atLeast)
+		if atLeast > 0 {
+			rw.Met = ptr(*rw.Ratio >= atLeast)
+		}
 		load := &loadSpan{}
 		for _, r := range runs {
 			if r.Concurrency == c && (r.Side == side || r.Side == ref) {
@@ -179,6 +181,24 @@ func (b *bench) runP1(ctx context.Context, quiet, verbose *plugin) error {
 			compare("P2", fmt.Sprintf("DeleteVolume until reclaimed vs raw read + remove, c=%d", c), c, "driver", "raw-checked", "raw read+remove", reclaim, targetP2)
 		}
 	}
+	// The gRPC floor: the same Ceph work served over gRPC by a controller
+	// that does nothing else. Against it, the driver's own cost; it against
+	// the raw client, what serving calls in a process of its own costs.
+	if b.gfloor != nil {
+		for _, c := range b.cfg.concurrency {
+			if sc["P1"] {
+				compare("P1", fmt.Sprintf("CreateVolume vs the gRPC floor, c=%d", c), c, "driver", "grpc-floor", "gRPC floor", create, targetP1)
+			}
+			if sc["P2"] {
+				compare("P2", fmt.Sprintf("DeleteVolume until reclaimed vs the gRPC floor (read + remove), c=%d", c), c, "driver", "grpc-floor", "gRPC floor", reclaim, targetP2)
+			}
+		}
+		for _, c := range b.cfg.concurrency {
+			if sc["P1"] {
+				compare("P1", fmt.Sprintf("(not the driver) the gRPC floor's CreateVolume vs raw, c=%d", c), c, "grpc-floor", "raw", "raw", create, 0)
+			}
+		}
+	}
 	// CPU per call of every process we started (plugin or this process,
 	// Ceph daemons): what the ratio would be on CPUs this workload alone
 	// saturates, whatever else the machine was running.
@@ -204,6 +224,8 @@ func (b *bench) runP1(ctx context.Context, quiet, verbose *plugin) error {
 		"delete_driver":      cpu("driver", func(r provisionRun) cpuUse { return r.DeleteCPU }),
 		"delete_raw":         cpu("raw", func(r provisionRun) cpuUse { return r.DeleteCPU }),
 		"delete_raw_checked": cpu("raw-checked", func(r provisionRun) cpuUse { return r.DeleteCPU }),
+		"create_grpc_floor":  cpu("grpc-floor", func(r provisionRun) cpuUse { return r.CreateCPU }),
+		"delete_grpc_floor":  cpu("grpc-floor", func(r provisionRun) cpuUse { return r.DeleteCPU }),
 	}
 	if verbose != nil && sc["P6"] {
 		for _, c := range b.cfg.concurrency {
@@ -229,6 +251,16 @@ func (b *bench) runP1(ctx context.Context, quiet, verbose *plugin) error {
 			top, kib(after.AnonKiB), kib(floor.AnonKiB), kib(after.FileKiB), kib(floor.FileKiB)),
 			"MiB", max(peak.hwmMiB(), float64(sampled)/1024), targetPeakMiB, fmt.Sprintf("<= %.0f MiB", targetPeakMiB))
 		b.withRef(floor.hwmMiB(), "bare go-ceph client", nil)
+		if b.gfloor != nil {
+			gf, err := b.memSnapshot(ctx, b.gfloor, "p5_grpc_floor_peak")
+			if err != nil {
+				return err
+			}
+			b.logf("P5 gRPC floor, after serving P1 beside the driver: VmHWM %.1f MiB (anonymous %.1f, mapped files %.1f)", gf.hwmMiB(), kib(gf.AnonKiB), kib(gf.FileKiB))
+			b.rep.compare("P5", fmt.Sprintf("plugin peak RSS during P1 at c=%d vs the gRPC floor's (VmHWM; right after: anonymous %.1f MiB vs %.1f, mapped files %.1f vs %.1f)",
+				top, kib(after.AnonKiB), kib(gf.AnonKiB), kib(after.FileKiB), kib(gf.FileKiB)),
+				"MiB", max(peak.hwmMiB(), float64(sampled)/1024), gf.hwmMiB(), "gRPC floor", 0, 0)
+		}
 	}
 	return nil
 }
@@ -263,6 +295,9 @@ func (b *bench) runP5(ctx context.Context, p *plugin) error {
 // details under key: /proc status, the Go runtime's own figures from its
 // metrics, and the RSS by mapped file.
 func (b *bench) memSnapshot(ctx context.Context, p *plugin, key string) (memStat, error) {
+	if p.noMetrics {
+		return b.memDetails(ctx, p.pid(), "", key)
+	}
 	return b.memDetails(ctx, p.pid(), p.metricsAddr, key)
 }
 
