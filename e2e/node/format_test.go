@@ -45,6 +45,40 @@ func TestFreshExt4LeavesNothingToZero(t *testing.T) {
 	}
 	t.Logf("%s: a staged 16 GiB ext4 volume uses %d MiB", mounter(), before>>20)
 
+	// Grown to 32 GiB: the 128 groups it adds read as zeros too. Online
+	// where root may resize (the kernel zeroes their inode tables, with
+	// WRITE_ZEROES where the device has it); here offline, at the next
+	// stage (resize2fs leaves them for lazy init, which the mount turns
+	// off).
+	const grown = 32 << 30
+	_, err := e.cc.ControllerExpandVolume(ctx(t), &csi.ControllerExpandVolumeRequest{
+		VolumeId: v.VolumeId, CapacityRange: &csi.CapacityRange{RequiredBytes: grown}, VolumeCapability: c, Secrets: e.c.Secrets(),
+	})
+	harness.Must(t, err, "ControllerExpandVolume")
+	online := hasCapSysResource(t)
+	if online {
+		_, err := e.nc.NodeExpandVolume(ctx(t), &csi.NodeExpandVolumeRequest{
+			VolumeId: v.VolumeId, VolumePath: staging, CapacityRange: &csi.CapacityRange{RequiredBytes: grown},
+		})
+		harness.Must(t, err, "NodeExpandVolume")
+	} else {
+		e.unstage(v, staging)
+		e.stage(v, staging, c)
+	}
+	if groups, _ := itableZeroed(t, mountSource(staging)); groups != 256 {
+		t.Errorf("grown to 32 GiB, the filesystem has %d groups, want 256", groups)
+	}
+	grownUse := e.usedBytes(image)
+	time.Sleep(3 * time.Second)
+	if after := e.usedBytes(image); after > grownUse+(4<<20) {
+		t.Errorf("the grown, staged, idle image grew from %d to %d MiB", grownUse>>20, after>>20)
+	}
+	// The zeroing of 128 inode tables would be 256 MiB.
+	if grownUse > before+(32<<20) {
+		t.Errorf("growing to 32 GiB (online %v) took the image from %d to %d MiB", online, before>>20, grownUse>>20)
+	}
+	t.Logf("%s: grown to 32 GiB (online %v), it uses %d MiB", mounter(), online, grownUse>>20)
+
 	unknown := e.createVolume("unknown-ext4", 1<<30, c)
 	unknown.VolumeContext = maps.Clone(unknown.VolumeContext)
 	delete(unknown.VolumeContext, config.ParamCreatedEmpty)

@@ -286,6 +286,13 @@ func (n *Node) mountStaging(ctx context.Context, rec *record, mkfsOptions []stri
 		created = true
 	}
 	opts := append([]string{}, rec.Cap.MountFlags...)
+	if fsType == "ext4" && blank == blankZeros {
+		// The groups an offline grow adds are left for the kernel to
+		// zero (resize2fs marks none zeroed); on an image created empty
+		// they read as zeros already. First, so the volume's own mount
+		// flags can say init_itable.
+		opts = append([]string{"noinit_itable"}, opts...)
+	}
 	if fsType == "xfs" {
 		opts = append(opts, "nouuid") // clones share their source's UUID
 	}
