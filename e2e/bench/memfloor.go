@@ -134,7 +134,7 @@ func (b *bench) idleRow(ctx context.Context, idle memStat, f *floorProc) error {
 		gf.rssMiB(), kib(gf.AnonKiB), kib(gf.FileKiB), kib(gf.FilePmdKiB))
 	b.rep.compare("P5", fmt.Sprintf("plugin RSS idle vs the gRPC floor's (anonymous %.1f MiB vs %.1f, mapped files %.1f vs %.1f, of which in 2 MiB pages %.1f vs %.1f)",
 		kib(idle.AnonKiB), kib(gf.AnonKiB), kib(idle.FileKiB), kib(gf.FileKiB), kib(idle.FilePmdKiB), kib(gf.FilePmdKiB)),
-		"MiB", idle.rssMiB(), gf.rssMiB(), "gRPC floor", 0, 0)
+		"MiB", idle.rssMiB(), gf.rssMiB(), "gRPC floor", 0, targetVsGRPCFloorMem)
 	b.withRef(gf.rssMiB(), "gRPC floor", load)
 	return nil
 }
