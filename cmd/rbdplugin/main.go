@@ -48,6 +48,7 @@ type flags struct {
 	crashAt       string
 	metricsAddr   string
 	pprofAddr     string
+	maxCtrlCalls  int
 	node          *nodeFlags
 	topology      *topologyFlags
 	builtins      *builtinFlags
@@ -87,6 +88,7 @@ func parseFlags(args []string) (flags, error) {
 		return nil
 	})
 	fs.DurationVar(&f.ctrl.FenceExpiry, "fence-expiry", controller.DefaultFenceExpiry, "with --node-registry: how long the Ceph clients of a node that still had a single-node volume open when it was detached (a force detach) stay blocklisted, unless the node lifts them when it unstages the volume. A cut-off node whose mapping outlives this may write again: make it longer than a node may stay cut off")
+	fs.IntVar(&f.maxCtrlCalls, "max-controller-calls", driver.DefaultMaxControllerCalls, "most controller calls that work in Ceph at once (creates, deletes, snapshots, expansions, attachments); the rest wait their turn up to their deadline, which bounds the memory a burst from the sidecars takes. Probes, node calls and capabilities never wait. 0: no bound")
 	fs.StringVar(&f.pprofAddr, "pprof-address", "", "host:port to serve Go's profiles on, at /debug/pprof/ (e.g. 127.0.0.1:6060), to measure where time and memory go; empty (the default) turns it off")
 	fs.StringVar(&f.metricsAddr, "metrics-address", "", "host:port to serve Prometheus metrics on, at /metrics (e.g. :9809); empty turns metrics off")
 	f.node = addNodeFlags(fs)
@@ -184,6 +186,8 @@ func run(ctx context.Context, f flags) error {
 		interceptors = append(interceptors, m.UnaryInterceptor())
 		observer, upkeep, trimObs, liftObs = m, m, m, m
 	}
+	// Inside the metrics: their latency counts the wait for a slot.
+	interceptors = append(interceptors, driver.LimitControllerCalls(f.maxCtrlCalls))
 	checks := []driver.HealthCheck{func(context.Context) error { return clusters.Health() }}
 	var services driver.Services
 	opts := ceph.DefaultOptions()
