@@ -133,7 +133,7 @@ func (b *bench) pluginSide(name string, p *plugin, size int64) side {
 	key := func(tag string, i int) string { return fmt.Sprintf("bench-%s-%s-%s-%d", b.runID, name, tag, i) }
 	cc := p.controller()
 	ops := func(ctx context.Context) (opStats, error) { return scrapeOps(ctx, p.metricsAddr) }
-	if p.noMetrics {
+	if p.metricsAddr == "" {
 		ops = func(context.Context) (opStats, error) { return opStats{}, nil }
 	}
 	return side{

@@ -87,14 +87,13 @@ func (c cluster) admin(ctx context.Context, tool string, args ...string) (string
 // /proc/<pid>/status) and a client connection on its unix socket.
 type plugin struct {
 	name        string
-	metricsAddr string // --metrics-address, as the manifests deploy the plugin
+	metricsAddr string // --metrics-address, as the manifests deploy the plugin; "" if it serves none
 	socket      string
 	logPath     string
 	cmd         *exec.Cmd
 	done        chan struct{}
 	conn        *grpc.ClientConn
 	logFile     *os.File
-	noMetrics   bool // serves no metrics (the gRPC floor)
 }
 
 // startPlugin runs bin with args plus --endpoint and --cluster-config; its

@@ -265,7 +265,7 @@ func (b *bench) scenarios(ctx context.Context) error {
 			if b.gfloor, err = b.startPluginBin(b.cfg.grpcFloor, "grpc-floor"); err != nil {
 				return fmt.Errorf("gRPC floor: %w", err)
 			}
-			b.gfloor.noMetrics = true
+			b.gfloor.metricsAddr = "" // takes the flag, serves nothing
 		}
 		if err := b.warmRaw(ctx); err != nil {
 			return fmt.Errorf("raw baseline: %w", err)
@@ -288,8 +288,7 @@ func (b *bench) scenarios(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		b.logf("P5 idle after the first Ceph connection: VmRSS %.1f MiB (anonymous %.1f, mapped files %.1f, of which %.1f in 2 MiB pages)",
-			idle.rssMiB(), kib(idle.AnonKiB), kib(idle.FileKiB), kib(idle.FilePmdKiB))
+		b.logf("P5 idle after the first Ceph connection: VmRSS %.1f MiB (%s)", idle.rssMiB(), memParts(idle))
 		if sc["P5"] {
 			if err := b.idleRow(ctx, idle, b.floor); err != nil {
 				return err

@@ -108,19 +108,17 @@ func (f *floorProc) stop() {
 	}
 }
 
-// idleRow adds P5's idle row: the plugin's RSS after its first Ceph
-// connection against its budget, with the floor's beside it, read after
-// the same warm-up and the same wait.
+// idleRow adds P5's idle rows: the plugin's RSS after its first Ceph
+// connection against its budget with the floor's beside it, and against
+// the gRPC floor's, each read after the same warm-up and the same wait.
 func (b *bench) idleRow(ctx context.Context, idle memStat, f *floorProc) error {
 	load := newLoadSpan()
 	floor, err := b.memDetails(ctx, f.cmd.Process.Pid, "", "p5_floor_idle")
 	if err != nil {
 		return fmt.Errorf("P5 floor: %w", err)
 	}
-	b.logf("P5 floor, a bare go-ceph client: VmRSS %.1f MiB (anonymous %.1f, mapped files %.1f, of which %.1f in 2 MiB pages)",
-		floor.rssMiB(), kib(floor.AnonKiB), kib(floor.FileKiB), kib(floor.FilePmdKiB))
-	b.rep.budget("P5", fmt.Sprintf("plugin RSS idle, after the first Ceph connection (anonymous %.1f MiB vs %.1f, mapped files %.1f vs %.1f, of which in 2 MiB pages %.1f vs %.1f)",
-		kib(idle.AnonKiB), kib(floor.AnonKiB), kib(idle.FileKiB), kib(floor.FileKiB), kib(idle.FilePmdKiB), kib(floor.FilePmdKiB)),
+	b.logf("P5 floor, a bare go-ceph client: VmRSS %.1f MiB (%s)", floor.rssMiB(), memParts(floor))
+	b.rep.budget("P5", fmt.Sprintf("plugin RSS idle, after the first Ceph connection (%s)", memPartsVs(idle, floor, true)),
 		"MiB", idle.rssMiB(), targetIdleMiB, fmt.Sprintf("<= %.0f MiB", targetIdleMiB))
 	b.withRef(floor.rssMiB(), "bare go-ceph client", load)
 	if b.gfloor == nil {
@@ -130,13 +128,26 @@ func (b *bench) idleRow(ctx context.Context, idle memStat, f *floorProc) error {
 	if err != nil {
 		return fmt.Errorf("P5 gRPC floor: %w", err)
 	}
-	b.logf("P5 gRPC floor, a minimal CSI controller on go-ceph: VmRSS %.1f MiB (anonymous %.1f, mapped files %.1f, of which %.1f in 2 MiB pages)",
-		gf.rssMiB(), kib(gf.AnonKiB), kib(gf.FileKiB), kib(gf.FilePmdKiB))
-	b.rep.compare("P5", fmt.Sprintf("plugin RSS idle vs the gRPC floor's (anonymous %.1f MiB vs %.1f, mapped files %.1f vs %.1f, of which in 2 MiB pages %.1f vs %.1f)",
-		kib(idle.AnonKiB), kib(gf.AnonKiB), kib(idle.FileKiB), kib(gf.FileKiB), kib(idle.FilePmdKiB), kib(gf.FilePmdKiB)),
+	b.logf("P5 gRPC floor, a minimal CSI controller on go-ceph: VmRSS %.1f MiB (%s)", gf.rssMiB(), memParts(gf))
+	b.rep.compare("P5", fmt.Sprintf("plugin RSS idle vs the gRPC floor's (%s)", memPartsVs(idle, gf, true)),
 		"MiB", idle.rssMiB(), gf.rssMiB(), "gRPC floor", 0, targetVsGRPCFloorMem)
-	b.withRef(gf.rssMiB(), "gRPC floor", load)
+	b.rep.Rows[len(b.rep.Rows)-1].Load = load.String()
 	return nil
+}
+
+// memParts is a process's RSS by kind, for the log.
+func memParts(m memStat) string {
+	return fmt.Sprintf("anonymous %.1f, mapped files %.1f, of which %.1f in 2 MiB pages", kib(m.AnonKiB), kib(m.FileKiB), kib(m.FilePmdKiB))
+}
+
+// memPartsVs puts the plugin's RSS by kind beside a reference's, for a
+// row; pmd adds the mapped files in 2 MiB pages.
+func memPartsVs(p, ref memStat, pmd bool) string {
+	s := fmt.Sprintf("anonymous %.1f MiB vs %.1f, mapped files %.1f vs %.1f", kib(p.AnonKiB), kib(ref.AnonKiB), kib(p.FileKiB), kib(ref.FileKiB))
+	if pmd {
+		s += fmt.Sprintf(", of which in 2 MiB pages %.1f vs %.1f", kib(p.FilePmdKiB), kib(ref.FilePmdKiB))
+	}
+	return s
 }
 
 // withRef puts a reference and the ratio to it beside the last row, a

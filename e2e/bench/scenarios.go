@@ -248,10 +248,8 @@ func (b *bench) runP1(ctx context.Context, quiet, verbose *plugin) error {
 		if err != nil {
 			return fmt.Errorf("P5 floor: %w", err)
 		}
-		b.logf("P5 floor, a bare go-ceph client, after one P1 round of its Ceph work at c=%d: VmHWM %.1f MiB (anonymous %.1f, mapped files %.1f)",
-			top, floor.hwmMiB(), kib(floor.AnonKiB), kib(floor.FileKiB))
-		b.rep.budget("P5", fmt.Sprintf("plugin peak RSS during P1 at c=%d (VmHWM; right after: anonymous %.1f MiB vs %.1f, mapped files %.1f vs %.1f)",
-			top, kib(after.AnonKiB), kib(floor.AnonKiB), kib(after.FileKiB), kib(floor.FileKiB)),
+		b.logf("P5 floor, a bare go-ceph client, after one P1 round of its Ceph work at c=%d: VmHWM %.1f MiB (%s)", top, floor.hwmMiB(), memParts(floor))
+		b.rep.budget("P5", fmt.Sprintf("plugin peak RSS during P1 at c=%d (VmHWM; right after: %s)", top, memPartsVs(after, floor, false)),
 			"MiB", max(peak.hwmMiB(), float64(sampled)/1024), targetPeakMiB, fmt.Sprintf("<= %.0f MiB", targetPeakMiB))
 		b.withRef(floor.hwmMiB(), "bare go-ceph client", nil)
 		if b.gfloor != nil {
@@ -259,9 +257,8 @@ func (b *bench) runP1(ctx context.Context, quiet, verbose *plugin) error {
 			if err != nil {
 				return err
 			}
-			b.logf("P5 gRPC floor, after serving P1 beside the driver: VmHWM %.1f MiB (anonymous %.1f, mapped files %.1f)", gf.hwmMiB(), kib(gf.AnonKiB), kib(gf.FileKiB))
-			b.rep.compare("P5", fmt.Sprintf("plugin peak RSS during P1 at c=%d vs the gRPC floor's (VmHWM; right after: anonymous %.1f MiB vs %.1f, mapped files %.1f vs %.1f)",
-				top, kib(after.AnonKiB), kib(gf.AnonKiB), kib(after.FileKiB), kib(gf.FileKiB)),
+			b.logf("P5 gRPC floor, after serving P1 beside the driver: VmHWM %.1f MiB (%s)", gf.hwmMiB(), memParts(gf))
+			b.rep.compare("P5", fmt.Sprintf("plugin peak RSS during P1 at c=%d vs the gRPC floor's (VmHWM; right after: %s)", top, memPartsVs(after, gf, false)),
 				"MiB", max(peak.hwmMiB(), float64(sampled)/1024), gf.hwmMiB(), "gRPC floor", 0, targetVsGRPCFloorMem)
 		}
 	}
@@ -298,9 +295,6 @@ func (b *bench) runP5(ctx context.Context, p *plugin) error {
 // details under key: /proc status, the Go runtime's own figures from its
 // metrics, and the RSS by mapped file.
 func (b *bench) memSnapshot(ctx context.Context, p *plugin, key string) (memStat, error) {
-	if p.noMetrics {
-		return b.memDetails(ctx, p.pid(), "", key)
-	}
 	return b.memDetails(ctx, p.pid(), p.metricsAddr, key)
 }
 
