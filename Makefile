@@ -41,6 +41,7 @@ lint:
 	go vet -tags=$(CEPH_TAGS),helm ./deploy/
 	shellcheck -x scripts/*.sh .ci/run
 	go run ./scripts/programs check
+	go run ./scripts/doclinks
 
 unit:
 	go test -count=1 ./cmd/... ./internal/... ./deploy/... ./scripts/...
