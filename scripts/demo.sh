@@ -31,8 +31,18 @@ echo "== Starting the plugin (log: $work/plugin.log)"
 	--default-mounter fuse --state-dir "$work/state" \
 	>"$work/plugin.log" 2>&1 &
 plugin_pid=$!
+plugin_log() { echo "== plugin log:"; cat "$work/plugin.log"; }
 for _ in $(seq 100); do [ -S "$work/csi.sock" ] && break; sleep 0.1; done
+if [ ! -S "$work/csi.sock" ]; then
+	echo "== the plugin did not open its socket within 10 s"; plugin_log; exit 1
+fi
 install -d -m 0750 "$work/mnt"
-go run "$root/e2e/demo" --socket "$work/csi.sock" --work "$work/mnt" || { echo "== plugin log:"; cat "$work/plugin.log"; exit 1; }
+# The plugin's PID: its capabilities decide how the demo grows a volume.
+go run "$root/e2e/demo" --socket "$work/csi.sock" --work "$work/mnt" --plugin-pid "$plugin_pid" || { plugin_log; exit 1; }
 echo
-echo "== Images left in pool $CEPH_POOL: $(rbd -c "$CEPH_CONF" --id admin --key "$CEPH_ADMIN_KEY" ls -p "$CEPH_POOL" | wc -l)"
+# The last step deleted every volume: nothing may be left in the pool.
+images=$(rbd -c "$CEPH_CONF" --id admin --key "$CEPH_ADMIN_KEY" ls -p "$CEPH_POOL")
+if [ -n "$images" ]; then
+	echo "== FAILED: images left in pool $CEPH_POOL:"; echo "$images"; exit 1
+fi
+echo "== No image left in pool $CEPH_POOL: the demo passed"
