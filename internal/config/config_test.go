@@ -248,47 +248,6 @@ func TestCreatedEmptyContext(t *testing.T) {
 	}
 }
 
-func FuzzParseParams(f *testing.F) {
-	f.Add("c1", "rbd", "layering", "lock_on_read", "-m0")
-	f.Add("", "", "", "", "")
-	f.Add("c", "p", "layering,exclusive-lock", "a=b,c", "-E nodiscard")
-	f.Fuzz(func(t *testing.T, cluster, pool, features, mapOpts, mkfs string) {
-		p, err := ParseParams(map[string]string{"clusterID": cluster, "pool": pool, "imageFeatures": features, "mapOptions": mapOpts, "mkfsOptions": mkfs})
-		if err != nil {
-			return
-		}
-		for _, a := range append(p.MkfsOptions, p.MapOptions) {
-			if strings.ContainsAny(a, " ;|&$`\\\"'\n\x00") {
-				t.Fatalf("accepted unsafe argument %q", a)
-			}
-		}
-		for _, a := range p.MkfsOptions {
-			if strings.Contains(a, "/") {
-				t.Fatalf("accepted a path in mkfs argument %q", a)
-			}
-		}
-	})
-}
-
-func FuzzParseClusters(f *testing.F) {
-	f.Add([]byte(`[{"clusterID":"c1","monitors":["v2:127.0.0.1:3300"]}]`))
-	f.Add([]byte(`[]`))
-	f.Add([]byte(`{`))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		cs, err := ParseClusters(data)
-		if err != nil {
-			return
-		}
-		for _, c := range cs {
-			for _, m := range c.Monitors {
-				if strings.HasPrefix(m, "-") || strings.ContainsAny(m, " ;\n\x00") {
-					t.Fatalf("accepted monitor %q", m)
-				}
-			}
-		}
-	})
-}
-
 func TestKeyTypes(t *testing.T) {
 	key := func(typ byte) string {
 		return base64.StdEncoding.EncodeToString(append([]byte{typ, 0}, make([]byte, 28)...))

@@ -153,6 +153,11 @@ func CheckMkfsOptions(fsType string, args []string) error {
 			i++
 			value = args[i]
 		}
+		// "-L -m0" would label the filesystem "-m0" and drop -m0: a value
+		// never starts with '-', so every argument that does is a flag.
+		if strings.HasPrefix(value, "-") {
+			return fmt.Errorf("parameter %s: mkfs.%s option %s needs a value, not %.40q", ParamMkfsOptions, fsType, flag, value)
+		}
 		if err := check(value); err != nil {
 			return fmt.Errorf("parameter %s: mkfs.%s option %s: %w", ParamMkfsOptions, fsType, flag, err)
 		}

@@ -200,25 +200,44 @@ func FuzzCheckPath(f *testing.F) {
 	for _, s := range []string{"/var/lib/kubelet/plugins/x/globalmount", "", "relative", "/a/../b", "/a/./b", "/a//b", "/a/b/", "/\x00", "/" + strings.Repeat("a", 5000)} {
 		f.Add(s)
 	}
+	// An accepted path is one the node can mkdir, mount on and remove
+	// without leaving where it was told: absolute, clean, no "..", no NUL,
+	// within PATH_MAX, and not the root itself.
 	f.Fuzz(func(t *testing.T, p string) {
 		if checkPath("path", p) != nil {
 			return
 		}
-		if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.Contains(p, "\x00") || slices.Contains(strings.Split(p, "/"), "..") {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.Contains(p, "\x00") || slices.Contains(strings.Split(p, "/"), "..") ||
+			len(p) > 4096 || p == "/" {
 			t.Fatalf("checkPath accepted %q", p)
 		}
 	})
 }
 
+// operationFlags turn a mount into another operation (a bind, a move, a
+// remount, a loop device) or hand it to users: mount(8).
+var operationFlags = []string{"bind", "rbind", "move", "remount", "loop", "offset", "sizelimit", "encryption",
+	"helper", "user", "users", "owner", "group", "defaults"}
+
 func FuzzCheckMountFlags(f *testing.F) {
-	for _, s := range []string{"noatime", "ro,bind", "context=\"a,b\"", "-o", "remount", "x-systemd.automount", "nodev nosuid"} {
+	for _, s := range []string{"noatime", "ro,bind", "context=\"a,b\"", "-o", "remount", "x-systemd.automount", "nodev nosuid", "BIND", "Loop=/dev/loop0", "context=system_u:object_r:foo_t:s0"} {
 		f.Add(s)
 	}
+	// mount(8) gets the flags joined by commas into one -o value: an
+	// accepted flag is one option (no ',', no space, quote or control
+	// character), not a command-line flag, and none of the options that
+	// change what mount does rather than how the filesystem behaves.
 	f.Fuzz(func(t *testing.T, flag string) {
 		if checkMountFlags([]string{flag}) != nil {
 			return
 		}
-		if strings.ContainsAny(flag, ", \t\n\"'\x00") || strings.HasPrefix(flag, "-") {
+		for _, c := range flag {
+			if c <= ' ' || c > '~' || strings.ContainsRune(",\"'\\`$;", c) {
+				t.Fatalf("checkMountFlags accepted %q, holding %q", flag, c)
+			}
+		}
+		name, _, _ := strings.Cut(strings.ToLower(flag), "=")
+		if flag == "" || len(flag) > 256 || strings.HasPrefix(flag, "-") || strings.HasPrefix(name, "x-") || slices.Contains(operationFlags, name) {
 			t.Fatalf("checkMountFlags accepted %q", flag)
 		}
 	})

@@ -72,33 +72,3 @@ func TestDecodeMalformed(t *testing.T) {
 		}
 	}
 }
-
-func FuzzDecodeVolume(f *testing.F) {
-	for _, s := range []string{"v1:c:p:i", "v1:c:p:csi-vol-00", "s1:c:p:id:snap", "", "v1:::", "v1:a:b:c:d"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, id string) {
-		v, err := DecodeVolume(id)
-		if err != nil {
-			return
-		}
-		if v.String() != id || len(id) > MaxLen {
-			t.Fatalf("DecodeVolume(%q) accepted %+v, which encodes to %q", id, v, v.String())
-		}
-	})
-}
-
-func FuzzDecodeSnapshot(f *testing.F) {
-	for _, s := range []string{"s1:c:p:10b2e8c1f3a4:csi-snap-00", "v1:c:p:i", "s1::::", "s1:c:p:i:s:x", ""} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, id string) {
-		s, err := DecodeSnapshot(id)
-		if err != nil {
-			return
-		}
-		if s.String() != id || len(id) > MaxLen {
-			t.Fatalf("DecodeSnapshot(%q) accepted %+v, which encodes to %q", id, s, s.String())
-		}
-	})
-}
