@@ -9,6 +9,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/kms"
 	"github.com/rbdcsi/rbdcsi/internal/lock"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
@@ -19,55 +20,6 @@ type Clusters interface {
 	Lookup(clusterID string) (config.Cluster, error)
 	All() []config.Cluster
 }
-
-// Image metadata keys the controller keeps on each volume's image, all
-// under metaPrefix.
-const (
-	metaPrefix = "rbdcsi."
-	// metaName holds the CreateVolume request name. Its presence marks the
-	// image as finished: an image without it is the remains of a crash.
-	metaName = "rbdcsi.name"
-	// metaSource holds the snapshot or volume ID a volume was made from.
-	metaSource = "rbdcsi.source"
-	// metaDepth counts the clone ancestors of an image (absent: 0).
-	metaDepth = "rbdcsi.depth"
-	// The Kubernetes objects the volume was made for, so that an admin
-	// reading `rbd image-meta list` can tell which PVC owns an image.
-	metaPVCName      = "rbdcsi.k8s.pvc.name"
-	metaPVCNamespace = "rbdcsi.k8s.pvc.namespace"
-	metaPVName       = "rbdcsi.k8s.pv.name"
-	// metaQoS holds the volume's QoS policy (config.QoS), from which the
-	// limits under qosLimitPrefix are computed.
-	metaQoS = "rbdcsi.qos"
-	// metaSnapPrefix + RBD snapshot name: the VolumeSnapshot (JSON of
-	// config.SnapshotOwner) that snapshot of the image was taken for.
-	metaSnapPrefix = "rbdcsi.k8s.snap."
-	// metaNamePrefix holds the StorageClass's volumeNamePrefix of an
-	// image not named with the default volumePrefix (names.go).
-	metaNamePrefix = "rbdcsi.nameprefix"
-	// metaGroupSnap holds, on a group snapshot's member image, the group
-	// snapshot's ID; written last, it marks the member image finished.
-	metaGroupSnap = "rbdcsi.groupsnapshot"
-)
-
-// Name prefixes of what the driver creates in a pool.
-const (
-	volumePrefix = "csi-vol-"
-	// hiddenPrefix + RBD image ID names a deleted volume kept for its
-	// snapshots or clones; it is removed with its last dependent.
-	hiddenPrefix = "csi-del-"
-	snapPrefix   = "csi-snap-"
-	// groupPrefix names a group snapshot's temporary RBD group and, while
-	// it is made, its member images (groupsnap.go).
-	groupPrefix = "csi-vgs-"
-	// tmpSnapPrefix names the snapshot a volume-to-volume clone is made
-	// from; it is deleted right after and lives on only in the RBD trash
-	// namespace while the clone depends on it.
-	tmpSnapPrefix = "csi-tmp-"
-	// claimPrefix names the RADOS object that ties a snapshot name to its
-	// source image, so a name reused for another source is refused.
-	claimPrefix = "rbdcsi.snap."
-)
 
 // Options configure a Controller.
 type Options struct {
@@ -192,9 +144,11 @@ type Controller struct {
 	sweeper   *sweeper
 	// sparsifies run the sparsify requests, keyed by pool and image.
 	sparsifies *background
+	names      records.Names
 	// claims and staticTmps index work the sweeper finds nowhere else.
-	claims, staticTmps workIndex
-	names              naming
+	claims     records.Claims
+	staticTmps records.WorkIndex
+	groups     records.Groups
 	// rotation re-wraps data keys after a KEK rotation (nil: none).
 	rotation *rotation
 }
@@ -220,11 +174,12 @@ func New(o Options) *Controller {
 		o.FenceExpiry = DefaultFenceExpiry
 	}
 	c := &Controller{backend: o.Backend, clusters: o.Clusters, cred: o.Credentials, locks: lock.New(), opts: o, nodes: o.Nodes,
-		names: newNaming(o.InstanceID, o.VolumeNamePrefixes)}
+		names: records.NewNames(o.InstanceID, o.VolumeNamePrefixes)}
 	c.flattener = newFlattener(c)
 	c.sparsifies = newBackground()
-	c.claims = workIndex{backend: o.Backend, object: c.names.object(claimIndex)}
-	c.staticTmps = workIndex{backend: o.Backend, object: c.names.object(staticTmpIndex)}
+	c.claims = records.NewClaims(o.Backend, c.names)
+	c.staticTmps = records.NewStaticTmps(o.Backend, c.names)
+	c.groups = records.NewGroups(o.Backend, c.names)
 	c.sweeper = newSweeper(c, o.SweepInterval)
 	c.sweeper.startPeriodic()
 	c.rotation = newRotation(c)

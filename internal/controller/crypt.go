@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/kms"
 )
 
@@ -20,7 +21,7 @@ import (
 // the image's metadata (kms.VolumeKey): at CreateVolume it draws a data
 // encryption key (DEK), wraps it with the current key encryption key
 // (KEK) of the StorageClass's KMS and stores it, state prepared, with the
-// image's other metadata, before the marker (metaName): a crash leaves an
+// image's other metadata, before the marker (records.VolumeMarker): a crash leaves an
 // unfinished image that the retry replaces, never a finished one without
 // its key. The node unwraps the DEK, writes the LUKS2 header and records
 // state formatted. The DEK never leaves the controller's memory unwrapped.
@@ -87,7 +88,7 @@ func (c *Controller) newVolumeKey(ctx context.Context, name string, enc config.E
 }
 
 // childVolumeKey is the key record of a restore or clone of an image
-// whose metadata is parentMeta (what names the source for messages).
+// parentVol (what names the source for messages).
 //
 // The child shares the parent's data, LUKS header included, copy-on-write:
 // it needs the parent's DEK, which is unwrapped with the parent's KMS and
@@ -105,8 +106,8 @@ func (c *Controller) newVolumeKey(ctx context.Context, name string, enc config.E
 // encrypted -> plain and plain -> encrypted are refused: a plain class
 // would hand the node ciphertext to mount, and a plain parent's data
 // cannot become encrypted in place.
-func (c *Controller) childVolumeKey(ctx context.Context, parentMeta map[string]string, what, name string, enc config.Encryption, secrets map[string]string) (map[string]string, error) {
-	parent, encrypted, err := kms.ReadVolumeKey(parentMeta)
+func (c *Controller) childVolumeKey(ctx context.Context, parentVol records.Volume, what, name string, enc config.Encryption, secrets map[string]string) (map[string]string, error) {
+	parent, encrypted, err := parentVol.Key()
 	if err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "%s cannot be restored or cloned: %v", what, err)
 	}
@@ -183,8 +184,8 @@ func wrapStatus(name, kmsID string, err error) error {
 // sameEncryption squares a finished volume a retry finds with the
 // request: encrypted or not, and by which KMS. Anything else is another
 // volume under the same name.
-func sameEncryption(meta map[string]string, enc config.Encryption, name string) error {
-	key, encrypted, err := kms.ReadVolumeKey(meta)
+func sameEncryption(v records.Volume, enc config.Encryption, name string) error {
+	key, encrypted, err := v.Key()
 	switch {
 	case err != nil:
 		return status.Errorf(codes.FailedPrecondition, "volume %s already exists, and its %v", name, err)
@@ -198,24 +199,17 @@ func sameEncryption(meta map[string]string, enc config.Encryption, name string) 
 	return nil
 }
 
-// isEncrypted reports whether image metadata holds a volume key record,
-// whole or not: a part of one is still an encrypted volume's.
-func isEncrypted(meta map[string]string) bool {
-	_, encrypted, _ := kms.ReadVolumeKey(meta)
-	return encrypted
-}
-
 // contextEncryptionMismatch says why a volume context does not fit the
 // image's encryption, or "". An empty context says nothing (callers need
 // not send one); any other must agree with the image: a context without
 // encryption for an encrypted image would have the node use the
 // ciphertext as the volume (and a raw block user overwrite the LUKS
 // header), and one with encryption for a plain image cannot be served.
-func contextEncryptionMismatch(volCtx, meta map[string]string) string {
+func contextEncryptionMismatch(volCtx map[string]string, v records.Volume) string {
 	if len(volCtx) == 0 {
 		return ""
 	}
-	key, encrypted, err := kms.ReadVolumeKey(meta)
+	key, encrypted, err := v.Key()
 	wants := volCtx[config.ParamEncrypted] == "true"
 	switch {
 	case err != nil:

@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/kms"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
@@ -146,8 +147,8 @@ func (p *rotationPass) pool(ctx context.Context, pool rbd.Pool) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		_, hidden := c.names.hiddenID(name)
-		if !hidden && !c.names.isVolumeImage(name) {
+		_, hidden := c.names.HiddenID(name)
+		if !hidden && !c.names.IsVolumeImage(name) {
 			continue
 		}
 		if err := p.image(ctx, pool, name, hidden); err != nil {
@@ -169,7 +170,7 @@ func (p *rotationPass) image(ctx context.Context, pool rbd.Pool, name string, hi
 		return err
 	}
 	c := p.r.c
-	release, ok := c.locks.TryLock(imageKey(pool, name))
+	release, ok := c.locks.TryLock(records.ImageLock(pool, name))
 	if !ok {
 		return nil // a request is on it; the next pass comes back
 	}
@@ -213,7 +214,7 @@ func (p *rotationPass) stale(ctx context.Context, pool rbd.Pool, name string, hi
 	if err != nil {
 		return nil, err
 	}
-	if !hidden && !c.names.finished(info.Metadata, name) {
+	if !hidden && !c.names.Volume(name, info.Metadata).Finished() {
 		return nil, nil // a crash's leftover, never handed out: the sweep removes it
 	}
 	key, encrypted, err := kms.ReadVolumeKey(info.Metadata)

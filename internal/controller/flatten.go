@@ -2,11 +2,11 @@ package controller
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"k8s.io/klog/v2"
 
+	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
@@ -29,13 +29,13 @@ func (f *flattener) stop() { f.tasks.stop() }
 
 // busy reports whether a flatten of the image is running.
 func (f *flattener) busy(pool rbd.Pool, image string) bool {
-	return f.tasks.busy(poolImageKey(pool, image))
+	return f.tasks.busy(records.PoolImageKey(pool, image))
 }
 
 // start flattens the image unless that is running already. When it is
 // done the parent may be left without dependents and is reclaimed.
 func (f *flattener) start(pool rbd.Pool, image string, parent *rbd.Parent) {
-	f.tasks.start(poolImageKey(pool, image), func(ctx context.Context) {
+	f.tasks.start(records.PoolImageKey(pool, image), func(ctx context.Context) {
 		f.c.opts.Upkeep.BackgroundTasks("flatten", 1)
 		defer f.c.opts.Upkeep.BackgroundTasks("flatten", -1)
 		ctx, cancel := context.WithTimeout(ctx, flattenTimeout)
@@ -45,7 +45,7 @@ func (f *flattener) start(pool rbd.Pool, image string, parent *rbd.Parent) {
 			klog.ErrorS(err, "flattening a deep clone failed; the next clone from this chain retries", "pool", pool.Name, "image", image)
 			return
 		}
-		if err := f.c.backend.SetMetadata(ctx, pool, image, map[string]string{metaDepth: strconv.Itoa(0)}); err != nil {
+		if err := f.c.backend.SetMetadata(ctx, pool, image, records.DepthMetadata(0)); err != nil {
 			klog.ErrorS(err, "recording a flattened clone's depth", "pool", pool.Name, "image", image)
 		}
 		klog.V(2).InfoS("flattened deep clone", "pool", pool.Name, "image", image, "took", time.Since(start))

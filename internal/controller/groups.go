@@ -15,7 +15,7 @@ import (
 )
 
 // maxGroupMembers bounds the volumes of one group snapshot: member
-// snapshot names number them in two digits (names.go).
+// snapshot names number them in two digits (records.Names).
 const maxGroupMembers = 64
 
 // GroupSnapshots is nil when the backend can take group snapshots and
@@ -92,7 +92,7 @@ func (g *GroupController) CreateVolumeGroupSnapshot(ctx context.Context, req *cs
 	if err != nil {
 		return nil, err
 	}
-	gs := c.newGroupSnap(pool, vols[0].ClusterID, c.names.group(name))
+	gs := c.newGroupSnap(pool, vols[0].ClusterID, c.names.Group(name))
 	keys := []string{gs.lockKey()}
 	for _, id := range ids {
 		keys = append(keys, "vol/"+id)
@@ -107,7 +107,7 @@ func (g *GroupController) CreateVolumeGroupSnapshot(ctx context.Context, req *cs
 		return nil, err
 	}
 	klog.V(2).InfoS("created group snapshot", "name", name, "groupSnapshotID", gs.id.String(), "volumes", len(vols))
-	return &csi.CreateVolumeGroupSnapshotResponse{GroupSnapshot: rec.csi(gs.id)}, nil
+	return &csi.CreateVolumeGroupSnapshotResponse{GroupSnapshot: groupSnapshotOf(rec, gs.id)}, nil
 }
 
 // DeleteVolumeGroupSnapshot deletes the member snapshots and the record
@@ -148,13 +148,13 @@ func (g *GroupController) GetVolumeGroupSnapshot(ctx context.Context, req *csi.G
 	if err != nil {
 		return nil, err
 	}
-	if !rec.complete() {
+	if !rec.Complete() {
 		return nil, status.Errorf(codes.NotFound, "group snapshot %s does not exist", id)
 	}
-	if err := rec.matches(req.GetSnapshotIds(), id); err != nil {
+	if err := matchesRecord(rec, req.GetSnapshotIds(), id); err != nil {
 		return nil, err
 	}
-	return &csi.GetVolumeGroupSnapshotResponse{GroupSnapshot: rec.csi(gs.id)}, nil
+	return &csi.GetVolumeGroupSnapshotResponse{GroupSnapshot: groupSnapshotOf(rec, gs.id)}, nil
 }
 
 // groupSnapOf is the group snapshot an ID names, in its pool with the
@@ -165,7 +165,7 @@ func (c *Controller) groupSnapOf(id string, secrets map[string]string, ownCredsO
 		return nil, status.Error(codes.InvalidArgument, "group snapshot ID is missing")
 	}
 	gid, err := volid.DecodeGroup(id)
-	if err != nil || !c.names.isGroup(gid.Group) {
+	if err != nil || !c.names.IsGroup(gid.Group) {
 		return nil, nil
 	}
 	pool, err := c.pool(gid.ClusterID, gid.Pool, secrets, ownCredsOK)

@@ -2,11 +2,9 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -14,8 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
-	"github.com/rbdcsi/rbdcsi/internal/attach"
 	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
@@ -52,47 +50,45 @@ type groupSnap struct {
 }
 
 func (c *Controller) newGroupSnap(pool rbd.Pool, clusterID, group string) *groupSnap {
-	hash, _ := c.names.groupHash(group)
+	hash, _ := c.names.GroupHash(group)
 	return &groupSnap{c: c, pool: pool, id: volid.Group{ClusterID: clusterID, Pool: pool.Name, Group: group}, hash: hash}
 }
 
-func (g *groupSnap) lockKey() string { return "vgs/" + poolKey(g.pool) + "/" + g.hash }
-
-func (g *groupSnap) record() string { return g.c.groupRecordObject(g.hash) }
+func (g *groupSnap) lockKey() string { return records.GroupLock(g.pool, g.hash) }
 
 // create runs the steps, or answers from the record of an earlier attempt.
-func (g *groupSnap) create(ctx context.Context, name string, vols []volid.Volume) (groupRecord, error) {
+func (g *groupSnap) create(ctx context.Context, name string, vols []volid.Volume) (records.GroupRecord, error) {
 	ids := make([]string, len(vols))
 	for i, v := range vols {
 		ids[i] = v.String()
 	}
 	sources := strings.Join(ids, "\n")
-	holder, err := g.c.backend.Claim(ctx, g.pool, g.record(), sources)
+	holder, err := g.c.groups.Claim(ctx, g.pool, g.hash, sources)
 	if err != nil {
-		return groupRecord{}, cephStatus(err)
+		return records.GroupRecord{}, cephStatus(err)
 	}
 	if holder != sources {
-		return groupRecord{}, status.Errorf(codes.AlreadyExists, "group snapshot name %q is already used for another set of volumes", name)
+		return records.GroupRecord{}, status.Errorf(codes.AlreadyExists, "group snapshot name %q is already used for another set of volumes", name)
 	}
-	rec, err := g.readOmap(ctx)
+	rec, err := g.readClaimed(ctx)
 	if err != nil {
-		return groupRecord{}, err
+		return records.GroupRecord{}, err
 	}
-	if rec.name != "" && rec.name != name {
-		return groupRecord{}, status.Errorf(codes.AlreadyExists, "group snapshot name %q is already used for another set of volumes", name)
+	if rec.Name != "" && rec.Name != name {
+		return records.GroupRecord{}, status.Errorf(codes.AlreadyExists, "group snapshot name %q is already used for another set of volumes", name)
 	}
-	if rec.complete() {
+	if rec.Complete() {
 		return rec, g.finish(ctx, rec)
 	}
-	if rec.name == "" {
-		rec.name, rec.started = name, time.Now()
-		if err := g.c.backend.SetOmap(ctx, g.pool, g.record(), map[string]string{recName: name, recStarted: strconv.FormatInt(rec.started.Unix(), 10)}); err != nil {
-			return groupRecord{}, g.failed(cephStatus(err))
+	if rec.Name == "" {
+		rec.Name, rec.Started = name, time.Now()
+		if err := g.c.groups.SetStarted(ctx, g.pool, g.hash, name, rec.Started); err != nil {
+			return records.GroupRecord{}, g.failed(cephStatus(err))
 		}
 	}
 	g.c.opts.Fault("CreateVolumeGroupSnapshot:claimed")
 	if rec, err = g.take(ctx, rec, vols); err != nil {
-		return groupRecord{}, g.failed(err)
+		return records.GroupRecord{}, g.failed(err)
 	}
 	g.c.opts.Fault("CreateVolumeGroupSnapshot:recorded")
 	return rec, g.finish(ctx, rec)
@@ -110,7 +106,7 @@ func (g *groupSnap) failed(err error) error {
 }
 
 // take runs steps 2 to 5.
-func (g *groupSnap) take(ctx context.Context, rec groupRecord, vols []volid.Volume) (groupRecord, error) {
+func (g *groupSnap) take(ctx context.Context, rec records.GroupRecord, vols []volid.Volume) (records.GroupRecord, error) {
 	b, group := g.c.backend, g.id.Group
 	fams := make([]rbd.Family, len(vols))
 	for i, v := range vols {
@@ -139,14 +135,14 @@ func (g *groupSnap) take(ctx context.Context, rec groupRecord, vols []volid.Volu
 	if err != nil {
 		return rec, g.c.writeStatus(g.pool, err)
 	}
-	if rec.taken.IsZero() {
-		rec.taken = time.Now()
-		if err := b.SetOmap(ctx, g.pool, g.record(), map[string]string{recTaken: strconv.FormatInt(rec.taken.UnixNano(), 10)}); err != nil {
+	if rec.Taken.IsZero() {
+		rec.Taken = time.Now()
+		if err := g.c.groups.SetTaken(ctx, g.pool, g.hash, rec.Taken); err != nil {
 			return rec, cephStatus(err)
 		}
 	}
 	g.c.opts.Fault("CreateVolumeGroupSnapshot:snapshotted")
-	members := make([]groupMember, len(vols))
+	members := make([]records.GroupMember, len(vols))
 	for i, v := range vols {
 		at := slices.IndexFunc(snap.Members, func(m rbd.GroupMember) bool { return m.Image == v.Image })
 		if at < 0 {
@@ -156,73 +152,66 @@ func (g *groupSnap) take(ctx context.Context, rec groupRecord, vols []volid.Volu
 			return rec, err
 		}
 	}
-	value, err := json.Marshal(members)
-	if err != nil {
-		return rec, status.Errorf(codes.Internal, "group snapshot record: %v", err)
-	}
-	if err := b.SetOmap(ctx, g.pool, g.record(), map[string]string{recMembers: string(value)}); err != nil {
+	if err := g.c.groups.SetMembers(ctx, g.pool, g.hash, members); err != nil {
 		return rec, cephStatus(err)
 	}
-	rec.members = members
+	rec.Members = members
 	return rec, nil
 }
 
 // member makes member i: the clone of the volume's image snapshot in the
 // group snapshot, and the member snapshot of it.
-func (g *groupSnap) member(ctx context.Context, i int, v volid.Volume, fam rbd.Family, snapID uint64) (groupMember, error) {
+func (g *groupSnap) member(ctx context.Context, i int, v volid.Volume, fam rbd.Family, snapID uint64) (records.GroupMember, error) {
 	b := g.c.backend
-	image, snap := g.c.names.groupMember(g.hash, i), g.c.names.groupMemberSnap(g.hash, i)
+	image, snap := g.c.names.GroupMember(g.hash, i), g.c.names.GroupMemberSnap(g.hash, i)
 	info, err := b.Stat(ctx, g.pool, image)
-	if err == nil && info.Metadata[metaGroupSnap] != g.id.String() {
+	if err == nil && g.c.names.Volume(image, info.Metadata).GroupSnapshot != g.id.String() {
 		// Unfinished by a crash: no marker yet.
 		if err := b.RemoveImage(ctx, g.pool, image); err != nil && !errors.Is(err, rbd.ErrNotFound) {
-			return groupMember{}, cephStatus(err)
+			return records.GroupMember{}, cephStatus(err)
 		}
 		err = rbd.ErrNotFound
 	}
 	if errors.Is(err, rbd.ErrNotFound) {
-		depth, _ := strconv.Atoi(fam.Metadata[metaDepth])
+		depth := g.c.names.Volume(v.Image, fam.Metadata).Depth
 		spec := rbd.CloneSpec{
 			ParentImage: v.Image, ParentSnapID: snapID,
-			// It keeps the volume's name (whose snapshot it is) and key
-			// record (to restore an encrypted volume), not its
-			// attachments, snapshot names or QoS limits.
-			DropMetadataPrefixes: []string{attach.MetaPrefix, metaSnapPrefix, qosLimitPrefix},
+			DropMetadataPrefixes: records.GroupMemberDrops(),
 			ImageSpec: rbd.ImageSpec{
 				Features: config.SingleWriterFeatures,
-				Metadata: map[string]string{metaDepth: strconv.Itoa(depth + 1), metaGroupSnap: g.id.String()},
-				Marker:   metaGroupSnap,
+				Metadata: records.GroupMemberMetadata(depth+1, g.id.String()),
+				Marker:   records.GroupMemberMarker,
 			},
 		}
 		if err := b.Clone(ctx, g.pool, g.pool, image, spec); err != nil {
-			return groupMember{}, g.c.writeStatus(g.pool, err)
+			return records.GroupMember{}, g.c.writeStatus(g.pool, err)
 		}
 		g.c.opts.Fault("CreateVolumeGroupSnapshot:cloned")
 	} else if err != nil {
-		return groupMember{}, cephStatus(err)
+		return records.GroupMember{}, cephStatus(err)
 	}
 	if err := b.CreateSnapshot(ctx, g.pool, image, snap); err != nil && !errors.Is(err, rbd.ErrExists) {
-		return groupMember{}, g.c.writeStatus(g.pool, err)
+		return records.GroupMember{}, g.c.writeStatus(g.pool, err)
 	}
 	mfam, err := b.StatFamily(ctx, g.pool, image, "")
 	if err != nil {
-		return groupMember{}, cephStatus(err)
+		return records.GroupMember{}, cephStatus(err)
 	}
 	id := volid.Snapshot{ClusterID: g.id.ClusterID, Pool: g.pool.Name, ImageID: mfam.ID, Snap: snap}
 	if err := id.Validate(); err != nil {
-		return groupMember{}, status.Errorf(codes.Internal, "member snapshot ID: %v", err)
+		return records.GroupMember{}, status.Errorf(codes.Internal, "member snapshot ID: %v", err)
 	}
-	return groupMember{Snapshot: id.String(), Source: v.String(), Size: int64(mfam.Size)}, nil
+	return records.GroupMember{Snapshot: id.String(), Source: v.String(), Size: int64(mfam.Size)}, nil
 }
 
 // finish runs step 6 for a recorded group snapshot.
-func (g *groupSnap) finish(ctx context.Context, rec groupRecord) error {
-	for i, m := range rec.members {
+func (g *groupSnap) finish(ctx context.Context, rec records.GroupRecord) error {
+	for i, m := range rec.Members {
 		snap, err := volid.DecodeSnapshot(m.Snapshot)
 		if err != nil {
 			return status.Errorf(codes.Internal, "the record of group snapshot %s names a malformed snapshot %q", g.id, m.Snapshot)
 		}
-		err = g.c.backend.Rename(ctx, g.pool, g.c.names.groupMember(g.hash, i), g.c.names.hidden(snap.ImageID))
+		err = g.c.backend.Rename(ctx, g.pool, g.c.names.GroupMember(g.hash, i), g.c.names.Hidden(snap.ImageID))
 		if err != nil && !errors.Is(err, rbd.ErrNotFound) {
 			return cephStatus(err)
 		}
@@ -239,7 +228,7 @@ func (g *groupSnap) finish(ctx context.Context, rec groupRecord) error {
 // then the group with its snapshot.
 func (g *groupSnap) rollback(ctx context.Context) error {
 	b := g.c.backend
-	if err := b.Unclaim(ctx, g.pool, g.record()); err != nil {
+	if err := g.c.groups.Remove(ctx, g.pool, g.hash); err != nil {
 		return err
 	}
 	names, err := b.ListImages(ctx, g.pool)
@@ -247,7 +236,7 @@ func (g *groupSnap) rollback(ctx context.Context) error {
 		return err
 	}
 	for _, n := range names {
-		if !g.c.names.isGroupMember(g.hash, n) {
+		if !g.c.names.IsGroupMember(g.hash, n) {
 			continue
 		}
 		fam, err := b.StatFamily(ctx, g.pool, n, "")
@@ -276,28 +265,28 @@ func (g *groupSnap) delete(ctx context.Context, snapshotIDs []string) error {
 	if err != nil {
 		return err
 	}
-	if !rec.exists {
+	if !rec.Exists {
 		return nil
 	}
-	if !rec.complete() {
+	if !rec.Complete() {
 		if err := g.rollback(ctx); err != nil {
 			return cephStatus(err)
 		}
 		return nil
 	}
-	if err := rec.matches(snapshotIDs, g.id.String()); err != nil {
+	if err := matchesRecord(rec, snapshotIDs, g.id.String()); err != nil {
 		return err
 	}
 	if err := g.finish(ctx, rec); err != nil {
 		return err
 	}
-	for _, m := range rec.members {
+	for _, m := range rec.Members {
 		snap, _ := volid.DecodeSnapshot(m.Snapshot) // finish checked them
 		if err := g.c.deleteSnapshot(ctx, g.pool, m.Snapshot, snap); err != nil {
 			return err
 		}
 	}
-	if err := g.c.backend.Unclaim(ctx, g.pool, g.record()); err != nil && !errors.Is(err, rbd.ErrPoolNotFound) {
+	if err := g.c.groups.Remove(ctx, g.pool, g.hash); err != nil && !errors.Is(err, rbd.ErrPoolNotFound) {
 		return cephStatus(err)
 	}
 	return nil
@@ -317,7 +306,7 @@ func (s *sweeper) sweepGroups(ctx context.Context, pool rbd.Pool) error {
 		return err
 	}
 	for _, group := range groups {
-		if !s.c.names.isGroup(group) {
+		if !s.c.names.IsGroup(group) {
 			continue
 		}
 		if err := s.sweepGroup(ctx, pool, group); err != nil {
@@ -338,12 +327,12 @@ func (s *sweeper) sweepGroup(ctx context.Context, pool rbd.Pool, group string) e
 	switch {
 	case err != nil:
 		return err
-	case rec.complete():
+	case rec.Complete():
 		if err := g.finish(ctx, rec); err != nil {
 			return err
 		}
 		klog.InfoS("completed a group snapshot that no retry came back for", "pool", pool.Name, "group", group)
-	case !rec.exists || s.settled(rec.started):
+	case !rec.Exists || s.settled(rec.Started):
 		if err := g.rollback(ctx); err != nil {
 			return fmt.Errorf("rolling back: %w", err)
 		}

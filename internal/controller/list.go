@@ -43,7 +43,8 @@ func (c *Controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
 	}
-	if why := contextEncryptionMismatch(req.GetVolumeContext(), info.Metadata); why != "" {
+	v := c.names.Volume(vol.Image, info.Metadata)
+	if why := contextEncryptionMismatch(req.GetVolumeContext(), v); why != "" {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: why}, nil
 	}
 	if len(req.GetParameters()) > 0 {
@@ -51,7 +52,7 @@ func (c *Controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 		if err == nil {
 			_, err = p.VolumeFeatures(multiWriter(req.GetVolumeCapabilities()...))
 		}
-		if encrypted := isEncrypted(info.Metadata); err == nil && p.Encryption.Enabled != encrypted {
+		if encrypted := v.Encrypted(); err == nil && p.Encryption.Enabled != encrypted {
 			err = fmt.Errorf("parameter %s is %t, and the volume is encrypted: %t", config.ParamEncrypted, p.Encryption.Enabled, encrypted)
 		}
 		if err != nil {
@@ -149,7 +150,7 @@ func (c *Controller) volumeIDs(ctx context.Context) ([]volid.Volume, error) {
 				return nil, cephStatus(err)
 			}
 			for _, n := range names {
-				if c.names.isVolumeImage(n) {
+				if c.names.IsVolumeImage(n) {
 					ids = append(ids, volid.Volume{ClusterID: cluster.ClusterID, Pool: pool.Name, Image: n})
 				}
 			}

@@ -1,45 +1,22 @@
 package controller
 
-// Which Kubernetes objects a volume or a snapshot serves, written on its
-// image so that `rbd image-meta list` answers an admin's "whose is this?"
-// in a pool several clusters or teams share.
+// Which VolumeSnapshot a snapshot serves, written on its image so that
+// `rbd image-meta list` answers an admin's "whose is this?" in a pool
+// several clusters or teams share (a volume's own owner is part of its
+// record: records.NewVolume).
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
-
-// volumeMetadata is what CreateVolume writes on a new image: the request
-// name (the marker of a finished image, written last), its QoS, the
-// owner's names where the provisioner gave them, and extra keys of the
-// caller.
-func volumeMetadata(name string, p config.Params, size uint64, extra map[string]string) map[string]string {
-	meta := map[string]string{metaName: name}
-	if p.VolumeNamePrefix != "" && p.VolumeNamePrefix != volumePrefix {
-		meta[metaNamePrefix] = p.VolumeNamePrefix
-	}
-	for k, v := range qosMetadata(p.QoS, size) {
-		meta[k] = v
-	}
-	owner := p.Owner
-	for k, v := range map[string]string{metaPVCName: owner.PVCName, metaPVCNamespace: owner.PVCNamespace, metaPVName: owner.PVName} {
-		if v != "" {
-			meta[k] = v
-		}
-	}
-	for k, v := range extra {
-		meta[k] = v
-	}
-	return meta
-}
 
 // nameSnapshot records on the image which VolumeSnapshot its snapshot
 // was taken for, where the snapshotter names one, so that an admin can
@@ -48,14 +25,14 @@ func (c *Controller) nameSnapshot(ctx context.Context, pool rbd.Pool, fam rbd.Fa
 	if owner == (config.SnapshotOwner{}) {
 		return nil
 	}
-	value, err := json.Marshal(owner)
+	value, err := records.SnapshotOwnerValue(owner)
 	if err != nil {
 		return status.Errorf(codes.Internal, "snapshot owner: %v", err)
 	}
-	if fam.Metadata[metaSnapPrefix+snap] == string(value) {
+	if have, _ := c.names.Volume(fam.Name, fam.Metadata).SnapshotOwner(snap); have == value {
 		return nil
 	}
-	if err := c.backend.SetMetadata(ctx, pool, fam.Name, map[string]string{metaSnapPrefix + snap: string(value)}); err != nil {
+	if err := c.backend.SetMetadata(ctx, pool, fam.Name, map[string]string{records.SnapshotOwnerKey(snap): value}); err != nil {
 		return cephStatus(err)
 	}
 	return nil
@@ -70,10 +47,10 @@ func (c *Controller) unnameSnapshot(ctx context.Context, pool rbd.Pool, snap vol
 	if err != nil || fam == nil {
 		return nil, err
 	}
-	if _, ok := fam.Metadata[metaSnapPrefix+snap.Snap]; !ok {
+	if _, ok := c.names.Volume(fam.Name, fam.Metadata).SnapshotOwner(snap.Snap); !ok {
 		return fam, nil
 	}
-	if err := c.backend.RemoveMetadata(ctx, pool, fam.Name, metaSnapPrefix+snap.Snap); err != nil && !errors.Is(err, rbd.ErrNotFound) {
+	if err := c.backend.RemoveMetadata(ctx, pool, fam.Name, records.SnapshotOwnerKey(snap.Snap)); err != nil && !errors.Is(err, rbd.ErrNotFound) {
 		return nil, cephStatus(err)
 	}
 	return fam, nil

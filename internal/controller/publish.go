@@ -67,7 +67,7 @@ func (c *Controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 	if err != nil {
 		return nil, err
 	}
-	if why := contextEncryptionMismatch(req.GetVolumeContext(), info.Metadata); why != "" {
+	if why := contextEncryptionMismatch(req.GetVolumeContext(), c.names.Volume(vol.Image, info.Metadata)); why != "" {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %s", id, why)
 	}
 	mode := req.GetVolumeCapability().GetAccessMode().GetMode()

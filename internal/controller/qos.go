@@ -17,12 +17,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
-
-// qosLimitPrefix is what every limit key starts with: a clone drops the
-// limits it inherits from its parent unless its own policy sets them.
-const qosLimitPrefix = "conf_rbd_qos_"
 
 // mutableParams checks mutable parameters: the QoS keys, and a sparsify
 // request (sparsify.go; "" if none).
@@ -47,17 +44,6 @@ func mutableParams(mutable map[string]string) (q config.QoS, sparsify string, er
 	return q, sparsify, nil
 }
 
-// qosMetadata is what a policy writes on a volume of size bytes: the
-// limits and the policy itself. An empty policy writes nothing.
-func qosMetadata(q config.QoS, size uint64) map[string]string {
-	if len(q) == 0 {
-		return nil
-	}
-	meta := q.Limits(size)
-	meta[metaQoS] = q.String()
-	return meta
-}
-
 // ControllerModifyVolume changes a volume's QoS parameters, and starts a
 // sparsify a new sparsify value asks for. QoS keys the request does not
 // name keep their values; librbd clients that have the image open pick the
@@ -80,7 +66,7 @@ func (c *Controller) ControllerModifyVolume(ctx context.Context, req *csi.Contro
 	if err != nil {
 		return nil, err
 	}
-	current, err := config.DecodeQoS(info.Metadata[metaQoS])
+	current, err := c.names.Volume(vol.Image, info.Metadata).QoSPolicy()
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "volume %s: %v", id, err)
 	}
@@ -88,7 +74,7 @@ func (c *Controller) ControllerModifyVolume(ctx context.Context, req *csi.Contro
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", id, err)
 	}
-	if err := c.setChanged(ctx, pool, vol.Image, info.Metadata, qosMetadata(merged, info.Size)); err != nil {
+	if err := c.setChanged(ctx, pool, vol.Image, info.Metadata, records.QoSMetadata(merged, info.Size)); err != nil {
 		return nil, c.writeStatus(pool, fmt.Errorf("setting the QoS of volume %s: %w", id, err))
 	}
 	klog.V(2).InfoS("modified volume", "volumeID", id, "qos", merged.String())
@@ -102,7 +88,7 @@ func (c *Controller) ControllerModifyVolume(ctx context.Context, req *csi.Contro
 
 // resizeQoS recomputes a grown volume's size-based limits.
 func (c *Controller) resizeQoS(ctx context.Context, pool rbd.Pool, image string, info rbd.ImageInfo, size uint64) error {
-	q, err := config.DecodeQoS(info.Metadata[metaQoS])
+	q, err := c.names.Volume(image, info.Metadata).QoSPolicy()
 	if err != nil || !q.SizeDependent() {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rbdcsi/rbdcsi/internal/attach"
+	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
@@ -78,7 +79,7 @@ func (c *Controller) finishRemoval(ctx context.Context, pool rbd.Pool, vol volid
 		// parent's trashed snapshot when its last clone detaches, and two
 		// clones detaching at once can each see the other still there,
 		// leaving the snapshot, and the kept parent, behind.
-		release, err := c.waitLock(ctx, parentKey(fam.Parent.Pool, fam.Parent.ImageID))
+		release, err := c.waitLock(ctx, records.ParentLock(fam.Parent.Pool, fam.Parent.ImageID))
 		if err != nil {
 			return err
 		}
@@ -108,10 +109,10 @@ func (c *Controller) finishRemoval(ctx context.Context, pool rbd.Pool, vol volid
 // for the user (and its name free for a new volume), while its snapshots
 // and clones keep their data.
 func (c *Controller) hide(ctx context.Context, pool rbd.Pool, vol volid.Volume, fam rbd.Family) error {
-	if err := c.backend.Rename(ctx, pool, vol.Image, c.names.hidden(fam.ID)); err != nil && !errors.Is(err, rbd.ErrNotFound) {
+	if err := c.backend.Rename(ctx, pool, vol.Image, c.names.Hidden(fam.ID)); err != nil && !errors.Is(err, rbd.ErrNotFound) {
 		return cephStatus(err)
 	}
-	klog.V(2).InfoS("deleted volume; its data stays for its snapshots", "volumeID", vol.String(), "image", c.names.hidden(fam.ID))
+	klog.V(2).InfoS("deleted volume; its data stays for its snapshots", "volumeID", vol.String(), "image", c.names.Hidden(fam.ID))
 	return nil
 }
 
@@ -140,7 +141,7 @@ func (c *Controller) familyByID(ctx context.Context, pool rbd.Pool, imageID stri
 // reclaimFrom is reclaim of an image whose family the caller has read.
 func (c *Controller) reclaimFrom(ctx context.Context, pool rbd.Pool, fam *rbd.Family) error {
 	for i := 0; i < maxChain; i++ {
-		if _, hidden := c.names.hiddenID(fam.Name); !hidden || len(fam.Snaps) > 0 || fam.TrashedSnaps > 0 || fam.Watchers > 0 {
+		if _, hidden := c.names.HiddenID(fam.Name); !hidden || len(fam.Snaps) > 0 || fam.TrashedSnaps > 0 || fam.Watchers > 0 {
 			return nil
 		}
 		err := c.removeImage(ctx, pool, *fam)
@@ -169,7 +170,7 @@ func (c *Controller) reclaimFrom(ctx context.Context, pool rbd.Pool, fam *rbd.Fa
 // image without a header (the sweeper completes those).
 func (c *Controller) removeImage(ctx context.Context, pool rbd.Pool, fam rbd.Family) error {
 	if fam.Parent != nil {
-		release, err := c.waitLock(ctx, parentKey(fam.Parent.Pool, fam.Parent.ImageID))
+		release, err := c.waitLock(ctx, records.ParentLock(fam.Parent.Pool, fam.Parent.ImageID))
 		if err != nil {
 			return err
 		}
@@ -179,11 +180,6 @@ func (c *Controller) removeImage(ctx context.Context, pool rbd.Pool, fam rbd.Fam
 	defer cancel()
 	return c.backend.RemoveImage(rctx, pool, fam.Name)
 }
-
-// parentKey is the lock key under which changes to an image's snapshots
-// and clones queue. Locks of this kind are only ever taken from a child
-// towards its ancestors, so holders cannot wait on each other in a circle.
-func parentKey(pool, imageID string) string { return "parent/" + pool + "/" + imageID }
 
 func parentPool(child rbd.Pool, p *rbd.Parent) rbd.Pool {
 	child.Name = p.Pool

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
@@ -49,7 +50,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if err != nil {
 		return nil, err
 	}
-	release, ok := c.locks.TryLock("snap/"+name, "vol/"+srcID)
+	release, ok := c.locks.TryLock(records.SnapshotNameLock(name), "vol/"+srcID)
 	if !ok {
 		return nil, pending("snapshot " + name)
 	}
@@ -59,14 +60,14 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if err != nil {
 		return nil, err
 	}
-	snap := volid.Snapshot{ClusterID: vol.ClusterID, Pool: vol.Pool, ImageID: fam.ID, Snap: c.names.snap(name)}
+	snap := volid.Snapshot{ClusterID: vol.ClusterID, Pool: vol.Pool, ImageID: fam.ID, Snap: c.names.Snap(name)}
 	if err := snap.Validate(); err != nil {
 		return nil, status.Errorf(codes.Internal, "snapshot ID: %v", err)
 	}
 	if err := c.indexClaim(ctx, pool, snap.Snap, fam.ID, name); err != nil {
 		return nil, err
 	}
-	holder, err := c.backend.Claim(ctx, pool, claimPrefix+snap.Snap, fam.ID)
+	holder, err := c.backend.Claim(ctx, pool, records.ClaimObject(snap.Snap), fam.ID)
 	if err != nil {
 		return nil, cephStatus(err)
 	}
@@ -83,7 +84,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 		return &csi.CreateSnapshotResponse{Snapshot: snapshotOf(snap, srcID, s)}, nil
 	}
 	if len(fam.Snaps) >= c.opts.MaxSnapshotsPerImage {
-		if c.backend.Unclaim(ctx, pool, claimPrefix+snap.Snap) == nil {
+		if c.backend.Unclaim(ctx, pool, records.ClaimObject(snap.Snap)) == nil {
 			c.settleClaim(ctx, pool, snap.Snap)
 		}
 		return nil, status.Errorf(codes.ResourceExhausted, "volume %s has %d snapshots, the most this driver allows (--max-snapshots-per-image)", srcID, len(fam.Snaps))
@@ -116,7 +117,7 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 		return nil, status.Error(codes.InvalidArgument, "snapshot ID is missing")
 	}
 	snap, err := volid.DecodeSnapshot(id)
-	if err != nil || !strings.HasPrefix(snap.Snap, snapPrefix) {
+	if err != nil || !records.IsSnap(snap.Snap) {
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
 	pool, err := c.pool(snap.ClusterID, snap.Pool, req.GetSecrets(), false)
@@ -147,7 +148,7 @@ func (c *Controller) deleteSnapshot(ctx context.Context, pool rbd.Pool, id strin
 
 	// One change at a time to an image's snapshots and clones (see
 	// finishRemoval).
-	releaseParent, err := c.waitLock(ctx, parentKey(snap.Pool, snap.ImageID))
+	releaseParent, err := c.waitLock(ctx, records.ParentLock(snap.Pool, snap.ImageID))
 	if err != nil {
 		return err
 	}
@@ -159,7 +160,7 @@ func (c *Controller) deleteSnapshot(ctx context.Context, pool rbd.Pool, id strin
 		}
 		return cephStatus(err)
 	}
-	if err := c.backend.Unclaim(ctx, pool, claimPrefix+snap.Snap); err != nil && !errors.Is(err, rbd.ErrPoolNotFound) {
+	if err := c.backend.Unclaim(ctx, pool, records.ClaimObject(snap.Snap)); err != nil && !errors.Is(err, rbd.ErrPoolNotFound) {
 		return cephStatus(err)
 	}
 	fam, err := c.unnameSnapshot(ctx, pool, snap)
@@ -285,7 +286,7 @@ func (c *Controller) allSnapshots(ctx context.Context, secrets map[string]string
 				return nil, cephStatus(err)
 			}
 			for _, n := range names {
-				if _, hidden := c.names.hiddenID(n); !hidden && !c.names.isVolumeImage(n) {
+				if _, hidden := c.names.HiddenID(n); !hidden && !c.names.IsVolumeImage(n) {
 					continue
 				}
 				fam, err := c.backend.StatFamily(ctx, pool, n, "")
@@ -305,20 +306,20 @@ func (c *Controller) allSnapshots(ctx context.Context, secrets map[string]string
 // snapshotEntries lists the CSI snapshots of an image (only the one named
 // only, if set).
 func (c *Controller) snapshotEntries(clusterID, pool string, fam rbd.Family, only string) []*csi.ListSnapshotsResponse_Entry {
-	owner := fam.Metadata[metaName]
-	if owner == "" {
+	v := c.names.Volume(fam.Name, fam.Metadata)
+	if v.Name == "" {
 		return nil
 	}
-	srcID := volid.Volume{ClusterID: clusterID, Pool: pool, Image: c.names.image(namePrefixOf(fam.Metadata), owner)}.String()
+	srcID := volid.Volume{ClusterID: clusterID, Pool: pool, Image: c.names.OriginalImage(v)}.String()
 	var out []*csi.ListSnapshotsResponse_Entry
 	for _, s := range fam.Snaps {
-		if !strings.HasPrefix(s.Name, snapPrefix) || (only != "" && s.Name != only) {
+		if !records.IsSnap(s.Name) || (only != "" && s.Name != only) {
 			continue
 		}
 		id := volid.Snapshot{ClusterID: clusterID, Pool: pool, ImageID: fam.ID, Snap: s.Name}
 		snap := snapshotOf(id, srcID, s)
-		if _, member := groupOfSnap(s.Name); member {
-			snap.GroupSnapshotId = fam.Metadata[metaGroupSnap]
+		if _, member := records.GroupOfSnap(s.Name); member {
+			snap.GroupSnapshotId = v.GroupSnapshot
 		}
 		out = append(out, &csi.ListSnapshotsResponse_Entry{Snapshot: snap})
 	}
@@ -348,7 +349,7 @@ func findSnap(snaps []rbd.SnapInfo, name string) (rbd.SnapInfo, bool) {
 // named like ours must be finished, a static volume's need only exist.
 func (c *Controller) family(ctx context.Context, pool rbd.Pool, vol volid.Volume) (rbd.Family, error) {
 	fam, err := c.backend.StatFamily(ctx, pool, vol.Image, "")
-	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && c.names.isVolumeImage(vol.Image) && !c.names.finished(fam.Metadata, vol.Image)) {
+	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && c.names.Volume(vol.Image, fam.Metadata).State == records.Unfinished) {
 		return rbd.Family{}, status.Errorf(codes.NotFound, "volume %s does not exist", vol)
 	}
 	if err != nil {

@@ -3,9 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
-	"maps"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -14,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
@@ -42,7 +41,7 @@ func (c *Controller) createFromSource(ctx context.Context, pool rbd.Pool, image,
 	// A finished volume from an earlier attempt answers the retry.
 	fam, err := c.backend.StatFamily(ctx, pool, image, "")
 	switch {
-	case err == nil && c.names.finished(fam.Metadata, image):
+	case err == nil && c.names.Volume(image, fam.Metadata).Finished():
 		return c.adoptClone(ctx, pool, image, name, srcID, fam, r, params.Encryption)
 	case err == nil:
 		if err := c.removeUnfinished(ctx, pool, image, name); err != nil {
@@ -66,12 +65,12 @@ func (c *Controller) createFromSource(ctx context.Context, pool rbd.Pool, image,
 	// The clone inherits the parent's metadata, its key record included;
 	// that goes with the rest of rbdcsi.*, and src.key, the child's own
 	// record, takes its place (set before the marker, as any other key).
-	extra := map[string]string{metaSource: srcID, metaDepth: strconv.Itoa(depth)}
-	maps.Copy(extra, src.key)
-	spec := rbd.CloneSpec{ParentImage: src.image, ParentSnap: src.snap, DropMetadataPrefixes: []string{metaPrefix, qosLimitPrefix}, ImageSpec: rbd.ImageSpec{
+	meta := newVolume(name, params, size)
+	meta.Source, meta.Depth, meta.Key = srcID, depth, src.key
+	spec := rbd.CloneSpec{ParentImage: src.image, ParentSnap: src.snap, DropMetadataPrefixes: records.CloneDrops(), ImageSpec: rbd.ImageSpec{
 		Size: size, Features: params.ImageFeatures, DataPool: params.DataPool,
-		Metadata: volumeMetadata(name, params, size, extra),
-		Marker:   metaName,
+		Metadata: meta.Metadata(),
+		Marker:   records.VolumeMarker,
 	}}
 	if err := c.backend.Clone(ctx, src.pool, pool, image, spec); err != nil {
 		if errors.Is(err, rbd.ErrExists) {
@@ -90,27 +89,27 @@ func (c *Controller) createFromSource(ctx context.Context, pool rbd.Pool, image,
 // adoptClone answers for a finished clone: same name, source and
 // encryption, size in range, and not too deep (else flattening starts).
 func (c *Controller) adoptClone(ctx context.Context, pool rbd.Pool, image, name, srcID string, fam rbd.Family, r *csi.CapacityRange, enc config.Encryption) (int64, error) {
-	if owner := fam.Metadata[metaName]; owner != name {
-		return 0, status.Errorf(codes.AlreadyExists, "image %s/%s already belongs to volume %q", pool.Name, image, owner)
+	v := c.names.Volume(image, fam.Metadata)
+	if v.Name != name {
+		return 0, status.Errorf(codes.AlreadyExists, "image %s/%s already belongs to volume %q", pool.Name, image, v.Name)
 	}
-	if fam.Metadata[metaSource] != srcID {
+	if v.Source != srcID {
 		return 0, status.Errorf(codes.AlreadyExists, "volume %s already exists with another content source", name)
 	}
 	if r.GetRequiredBytes() > 0 && !fits(int64(fam.Size), r) {
 		return 0, status.Errorf(codes.AlreadyExists, "volume %s already exists with size %d bytes, which does not fit the requested range", name, fam.Size)
 	}
-	if err := sameEncryption(fam.Metadata, enc, name); err != nil {
+	if err := sameEncryption(v, enc, name); err != nil {
 		return 0, err
 	}
 	if vol, err := volid.DecodeVolume(srcID); err == nil {
 		// The temporary snapshot of a volume clone may outlive a crash.
-		c.dropTmpSnap(ctx, parentPool(pool, &rbd.Parent{Pool: vol.Pool}), vol.Image, c.names.tmpSnap(name))
+		c.dropTmpSnap(ctx, parentPool(pool, &rbd.Parent{Pool: vol.Pool}), vol.Image, c.names.TmpSnap(name))
 	}
-	depth, _ := strconv.Atoi(fam.Metadata[metaDepth])
-	if fam.Parent != nil && depth > c.opts.CloneDepthSoft {
+	if fam.Parent != nil && v.Depth > c.opts.CloneDepthSoft {
 		c.flattener.start(pool, image, fam.Parent)
-		if depth > c.opts.CloneDepthHard {
-			return 0, status.Errorf(codes.Aborted, "volume %s is %d clones deep and is being flattened; retry", name, depth)
+		if v.Depth > c.opts.CloneDepthHard {
+			return 0, status.Errorf(codes.Aborted, "volume %s is %d clones deep and is being flattened; retry", name, v.Depth)
 		}
 	}
 	return int64(fam.Size), nil
@@ -160,12 +159,12 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, params co
 		}
 		// A snapshot's image keeps the key record of the volume it was
 		// taken of, also once that volume is deleted (a hidden image).
-		key, err := c.childVolumeKey(ctx, fam.Metadata, "snapshot "+s.GetSnapshotId(), name, params.Encryption, secrets)
+		parent := c.names.Volume(fam.Name, fam.Metadata)
+		key, err := c.childVolumeKey(ctx, parent, "snapshot "+s.GetSnapshotId(), name, params.Encryption, secrets)
 		if err != nil {
 			return source{}, err
 		}
-		depth, _ := strconv.Atoi(fam.Metadata[metaDepth])
-		return source{id: s.GetSnapshotId(), pool: ppool, image: fam.Name, snap: snap.Snap, size: info.Size, depth: depth, key: key}, nil
+		return source{id: s.GetSnapshotId(), pool: ppool, image: fam.Name, snap: snap.Snap, size: info.Size, depth: parent.Depth, key: key}, nil
 	}
 	v := cs.GetVolume()
 	vol, err := volid.DecodeVolume(v.GetVolumeId()) // ours or a static volume's
@@ -176,7 +175,7 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, params co
 		return source{}, status.Errorf(codes.InvalidArgument, "volume %s is in cluster %s, not in the StorageClass's cluster %s", v.GetVolumeId(), vol.ClusterID, clusterID)
 	}
 	ppool := parentPool(pool, &rbd.Parent{Pool: vol.Pool})
-	release, ok := c.locks.TryLock("vol/"+v.GetVolumeId(), imageKey(ppool, vol.Image))
+	release, ok := c.locks.TryLock("vol/"+v.GetVolumeId(), records.ImageLock(ppool, vol.Image))
 	if !ok {
 		return source{}, pending("volume " + v.GetVolumeId())
 	}
@@ -189,16 +188,17 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, params co
 	if err := cloneable(fam, "volume "+v.GetVolumeId()); err != nil {
 		return source{}, err
 	}
-	key, err := c.childVolumeKey(ctx, fam.Metadata, "volume "+v.GetVolumeId(), name, params.Encryption, secrets)
+	parent := c.names.Volume(vol.Image, fam.Metadata)
+	key, err := c.childVolumeKey(ctx, parent, "volume "+v.GetVolumeId(), name, params.Encryption, secrets)
 	if err != nil {
 		return source{}, err
 	}
-	tmp := c.names.tmpSnap(name)
+	tmp := c.names.TmpSnap(name)
 	if _, ok := findSnap(fam.Snaps, tmp); !ok {
 		if len(fam.Snaps) >= c.opts.MaxSnapshotsPerImage {
 			return source{}, status.Errorf(codes.ResourceExhausted, "volume %s has %d snapshots, the most this driver allows; a clone needs one more", v.GetVolumeId(), len(fam.Snaps))
 		}
-		if !c.names.isVolumeImage(vol.Image) {
+		if !c.names.IsVolumeImage(vol.Image) {
 			if err := c.indexStaticTmp(ctx, ppool, vol.Image); err != nil {
 				return source{}, err
 			}
@@ -208,8 +208,7 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, params co
 		}
 	}
 	c.opts.Fault("CreateVolume:source-snapshot")
-	depth, _ := strconv.Atoi(fam.Metadata[metaDepth])
-	return source{id: v.GetVolumeId(), pool: ppool, image: vol.Image, snap: tmp, size: fam.Size, depth: depth, key: key}, nil
+	return source{id: v.GetVolumeId(), pool: ppool, image: vol.Image, snap: tmp, size: fam.Size, depth: parent.Depth, key: key}, nil
 }
 
 // cloneable refuses a parent without the layering feature, which RBD
@@ -235,7 +234,7 @@ func (c *Controller) dropTmpSnap(ctx context.Context, pool rbd.Pool, image, snap
 			return
 		}
 	}
-	if !c.names.isVolumeImage(image) {
+	if !c.names.IsVolumeImage(image) {
 		c.unindexStaticTmp(ctx, pool, image)
 	}
 }

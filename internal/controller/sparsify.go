@@ -11,6 +11,7 @@ import (
 
 	"github.com/rbdcsi/rbdcsi/internal/attach"
 	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
@@ -22,16 +23,13 @@ import (
 // answers Aborted while the sparsify runs, so the CO retries until it is
 // done, and FailedPrecondition while the volume is attached or open.
 
-// metaSparsified holds the last sparsify request done on the volume.
-const metaSparsified = "rbdcsi.sparsified"
-
 // sparsifyTimeout bounds one sparsify: it reads every object the image has.
 const sparsifyTimeout = 6 * time.Hour
 
 // requestSparsify starts the sparsify a request asks for, unless it is
 // done. The caller holds the volume's lock.
 func (c *Controller) requestSparsify(ctx context.Context, pool rbd.Pool, vol volid.Volume, request string) error {
-	key := poolImageKey(pool, vol.Image)
+	key := records.PoolImageKey(pool, vol.Image)
 	if c.sparsifies.busy(key) {
 		return status.Errorf(codes.Aborted, "volume %s is being sparsified; the call succeeds once that is done", vol)
 	}
@@ -39,7 +37,7 @@ func (c *Controller) requestSparsify(ctx context.Context, pool rbd.Pool, vol vol
 	if err != nil {
 		return cephStatus(err)
 	}
-	if fam.Metadata[metaSparsified] == request {
+	if c.names.Volume(vol.Image, fam.Metadata).Sparsified == request {
 		return nil
 	}
 	if nodes := attach.Nodes(fam.Metadata); len(nodes) > 0 {
@@ -58,7 +56,7 @@ func (c *Controller) requestSparsify(ctx context.Context, pool rbd.Pool, vol vol
 			klog.ErrorS(err, "sparsifying a volume failed; the CO's retry starts it again", "volumeID", vol.String())
 			return
 		}
-		if err := c.backend.SetMetadata(ctx, pool, vol.Image, map[string]string{metaSparsified: request}); err != nil {
+		if err := c.backend.SetMetadata(ctx, pool, vol.Image, records.SparsifiedMetadata(request)); err != nil {
 			klog.ErrorS(err, "recording a volume's sparsify", "volumeID", vol.String())
 			return
 		}
@@ -69,7 +67,7 @@ func (c *Controller) requestSparsify(ctx context.Context, pool rbd.Pool, vol vol
 
 // sparsifying refuses an attach while the volume is being sparsified.
 func (c *Controller) sparsifying(pool rbd.Pool, vol volid.Volume) error {
-	if c.sparsifies.busy(poolImageKey(pool, vol.Image)) {
+	if c.sparsifies.busy(records.PoolImageKey(pool, vol.Image)) {
 		return status.Errorf(codes.Aborted, "volume %s is being sparsified; it can be attached once that is done", vol)
 	}
 	return nil

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
@@ -37,7 +37,7 @@ func (c *Controller) checkVolumeContext(id string, volCtx map[string]string) (vo
 		if decodeErr != nil {
 			return volid.Volume{}, status.Errorf(codes.NotFound, "volume %.130q does not exist", id)
 		}
-		if !c.names.isVolumeImage(vol.Image) {
+		if !c.names.IsVolumeImage(vol.Image) {
 			return volid.Volume{}, status.Errorf(codes.NotFound, "volume %s does not exist: image %s was not created by this driver; to use an existing image, set volumeAttributes %s: \"true\" in its PersistentVolume", id, vol.Image, config.ParamStaticVolume)
 		}
 		return vol, nil
@@ -59,16 +59,9 @@ func (c *Controller) checkVolumeContext(id string, volCtx map[string]string) (vo
 	return vol, nil
 }
 
-// staticTmpIndex is an omap object listing the static volumes' images a
-// clone took a temporary snapshot of: key the image name, value the unix
-// time of the latest. The sweeper reads only the driver's own images, so
-// without it a clone abandoned after a crash would leave its temporary
-// snapshot on a static image for good.
-const staticTmpIndex = "rbdcsi.statictmp" // one per instance: naming.object
-
 // indexStaticTmp records that a clone is about to snapshot a static image.
 func (c *Controller) indexStaticTmp(ctx context.Context, pool rbd.Pool, image string) error {
-	if err := c.staticTmps.add(ctx, pool, image, ""); err != nil {
+	if err := c.staticTmps.Add(ctx, pool, image, ""); err != nil {
 		return cephStatus(fmt.Errorf("indexing the temporary snapshot of static image %s: %w", image, err))
 	}
 	return nil
@@ -79,7 +72,7 @@ func (c *Controller) indexStaticTmp(ctx context.Context, pool rbd.Pool, image st
 // while it indexes and takes its snapshot; when that is busy, or anything
 // fails, the entry is left for the sweeper.
 func (c *Controller) unindexStaticTmp(ctx context.Context, pool rbd.Pool, image string) {
-	release, ok := c.locks.TryLock(imageKey(pool, image))
+	release, ok := c.locks.TryLock(records.ImageLock(pool, image))
 	if !ok {
 		return
 	}
@@ -89,11 +82,11 @@ func (c *Controller) unindexStaticTmp(ctx context.Context, pool rbd.Pool, image 
 		return
 	}
 	for _, s := range fam.Snaps {
-		if strings.HasPrefix(s.Name, tmpSnapPrefix) {
+		if records.IsTmpSnap(s.Name) {
 			return
 		}
 	}
-	if err := c.staticTmps.drop(ctx, pool, image); err != nil {
+	if err := c.staticTmps.Drop(ctx, pool, image); err != nil {
 		klog.ErrorS(err, "unindexing a static image's temporary snapshot; the sweep does it later", "pool", pool.Name, "image", image)
 	}
 }
@@ -101,30 +94,30 @@ func (c *Controller) unindexStaticTmp(ctx context.Context, pool rbd.Pool, image 
 // sweepStaticTmp drops the settled temporary snapshots of the indexed
 // static images, and the entries of images left with none.
 func (s *sweeper) sweepStaticTmp(ctx context.Context, pool rbd.Pool) error {
-	entries, err := s.c.staticTmps.list(ctx, pool)
+	entries, err := s.c.staticTmps.List(ctx, pool)
 	if err != nil {
 		return err
 	}
 	for _, e := range entries {
-		if !e.at.IsZero() && !s.settled(e.at) {
+		if !e.At.IsZero() && !s.settled(e.At) {
 			continue
 		}
-		if err := s.sweepStaticImage(ctx, pool, e.key); err != nil {
-			klog.ErrorS(err, "sweeping the temporary snapshots of a static image", "pool", pool.Name, "image", e.key)
+		if err := s.sweepStaticImage(ctx, pool, e.Key); err != nil {
+			klog.ErrorS(err, "sweeping the temporary snapshots of a static image", "pool", pool.Name, "image", e.Key)
 		}
 	}
 	return nil
 }
 
 func (s *sweeper) sweepStaticImage(ctx context.Context, pool rbd.Pool, image string) error {
-	release, ok := s.c.locks.TryLock(imageKey(pool, image))
+	release, ok := s.c.locks.TryLock(records.ImageLock(pool, image))
 	if !ok {
 		return nil // a clone from it is running
 	}
 	defer release()
 	fam, err := s.c.backend.StatFamily(ctx, pool, image, "")
 	if err == nil {
-		releaseParent, ok := s.c.locks.TryLock(parentKey(pool.Name, fam.ID))
+		releaseParent, ok := s.c.locks.TryLock(records.ParentLock(pool.Name, fam.ID))
 		if !ok {
 			return nil
 		}
@@ -136,5 +129,5 @@ func (s *sweeper) sweepStaticImage(ctx context.Context, pool rbd.Pool, image str
 	} else if !errors.Is(err, rbd.ErrNotFound) {
 		return err
 	}
-	return s.c.staticTmps.drop(ctx, pool, image)
+	return s.c.staticTmps.Drop(ctx, pool, image)
 }

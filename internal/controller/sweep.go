@@ -3,12 +3,12 @@ package controller
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
 
+	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
@@ -50,21 +50,11 @@ func newSweeper(c *Controller, interval time.Duration) *sweeper {
 
 func (s *sweeper) stop() { s.tasks.stop() }
 
-func poolKey(p rbd.Pool) string { return p.MonHost + "/" + p.Name + "/" + p.Namespace }
-
-// imageKey is the try-lock a request holds while it creates the image or
-// snapshots it for a clone; the sweep takes it too.
-func imageKey(p rbd.Pool, image string) string { return "image/" + poolImageKey(p, image) }
-
-// poolImageKey names an image across clusters and pools: the key of its
-// background work (flatten, sparsify) and of the sweep's clean marks.
-func poolImageKey(p rbd.Pool, image string) string { return poolKey(p) + "/" + image }
-
 // touch forgets that an image was found clean: a request is changing it.
 func (s *sweeper) touch(p rbd.Pool, image string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.clean, poolImageKey(p, image))
+	delete(s.clean, records.PoolImageKey(p, image))
 	s.gen++
 }
 
@@ -88,7 +78,7 @@ func (s *sweeper) after(pool rbd.Pool) {
 	if s.interval <= 0 {
 		return
 	}
-	key := poolKey(pool)
+	key := records.PoolKey(pool)
 	s.mu.Lock()
 	last, swept := s.last[key]
 	due := !swept || time.Since(last) >= s.interval
@@ -159,9 +149,9 @@ func (s *sweeper) sweep(ctx context.Context, pool rbd.Pool) error {
 			return ctx.Err()
 		}
 		var err error
-		if id, ok := s.c.names.hiddenID(name); ok {
+		if id, ok := s.c.names.HiddenID(name); ok {
 			err = s.sweepHidden(ctx, pool, name, id)
-		} else if s.c.names.isVolumeImage(name) {
+		} else if s.c.names.IsVolumeImage(name) {
 			err = s.sweepVolume(ctx, pool, name)
 		}
 		if err != nil {
@@ -181,7 +171,7 @@ func (s *sweeper) sweep(ctx context.Context, pool rbd.Pool) error {
 func (s *sweeper) sweepHidden(ctx context.Context, pool rbd.Pool, name, id string) error {
 	// The image's own key: work in progress on its snapshots or clones
 	// goes first.
-	release, ok := s.c.locks.TryLock(parentKey(pool.Name, id))
+	release, ok := s.c.locks.TryLock(records.ParentLock(pool.Name, id))
 	if !ok {
 		return nil
 	}
@@ -211,12 +201,12 @@ func (s *sweeper) sweepHidden(ctx context.Context, pool rbd.Pool, name, id strin
 // sweepVolume removes a volume image nobody finished, or the temporary
 // snapshots a volume clone left on its source.
 func (s *sweeper) sweepVolume(ctx context.Context, pool rbd.Pool, name string) error {
-	key := poolImageKey(pool, name)
+	key := records.PoolImageKey(pool, name)
 	clean, gen := s.isClean(key)
 	if clean {
 		return nil
 	}
-	release, ok := s.c.locks.TryLock(imageKey(pool, name))
+	release, ok := s.c.locks.TryLock(records.ImageLock(pool, name))
 	if !ok {
 		return nil // a request is creating it or cloning from it
 	}
@@ -228,7 +218,7 @@ func (s *sweeper) sweepVolume(ctx context.Context, pool rbd.Pool, name string) e
 	if err != nil {
 		return err
 	}
-	if !s.c.names.finished(fam.Metadata, name) {
+	if !s.c.names.Volume(name, fam.Metadata).Finished() {
 		if s.settled(fam.Created) && fam.Watchers == 0 && len(fam.Snaps) == 0 {
 			klog.InfoS("removing an unfinished volume image that no retry came back for", "pool", pool.Name, "image", name, "created", fam.Created)
 			if err := s.c.removeImage(ctx, pool, fam); err != nil {
@@ -238,7 +228,7 @@ func (s *sweeper) sweepVolume(ctx context.Context, pool rbd.Pool, name string) e
 		}
 		return nil
 	}
-	release, ok = s.c.locks.TryLock(parentKey(pool.Name, fam.ID))
+	release, ok = s.c.locks.TryLock(records.ParentLock(pool.Name, fam.ID))
 	if !ok {
 		return nil // its snapshots or clones are changing
 	}
@@ -259,7 +249,7 @@ func (s *sweeper) sweepVolume(ctx context.Context, pool rbd.Pool, name string) e
 // the image's parent key.
 func (s *sweeper) dropSettledTmp(ctx context.Context, pool rbd.Pool, fam rbd.Family) (left bool, err error) {
 	for _, snap := range fam.Snaps {
-		if !strings.HasPrefix(snap.Name, tmpSnapPrefix) {
+		if !records.IsTmpSnap(snap.Name) {
 			continue
 		}
 		if !s.settled(snap.Created) {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
@@ -62,7 +63,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, err
 	}
-	image := c.names.image(prefix, name)
+	image := c.names.Image(prefix, name)
 	where, err := c.place(ctx, params, req, image)
 	if err != nil {
 		return nil, err
@@ -79,7 +80,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		return nil, err
 	}
 	vol := volid.Volume{ClusterID: params.ClusterID, Pool: params.Pool, Image: image}
-	release, ok := c.locks.TryLock("name/"+name, imageKey(pool, vol.Image))
+	release, ok := c.locks.TryLock("name/"+name, records.ImageLock(pool, vol.Image))
 	if !ok {
 		return nil, pending("volume " + name)
 	}
@@ -93,8 +94,8 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		Size:     uint64(size),
 		Features: params.ImageFeatures,
 		DataPool: params.DataPool,
-		Metadata: volumeMetadata(name, params, uint64(size), nil),
-		Marker:   metaName,
+		Metadata: newVolume(name, params, uint64(size)).Metadata(),
+		Marker:   records.VolumeMarker,
 	}
 	var finalSize int64
 	if cs := req.GetVolumeContentSource(); cs != nil {
@@ -123,7 +124,7 @@ func (c *Controller) createImage(ctx context.Context, pool rbd.Pool, image, name
 		// drawn, and the KEK needed, only for an image about to be made.
 		info, err := c.backend.Stat(ctx, pool, image)
 		switch {
-		case err == nil && c.names.finished(info.Metadata, image):
+		case err == nil && c.names.Volume(image, info.Metadata).Finished():
 			return c.adoptImage(pool, image, name, info, r, enc)
 		case err != nil && !errors.Is(err, rbd.ErrNotFound) && !errors.Is(err, rbd.ErrPoolNotFound):
 			return 0, cephStatus(err)
@@ -155,7 +156,7 @@ func (c *Controller) createImage(ctx context.Context, pool rbd.Pool, image, name
 		if err != nil {
 			return 0, cephStatus(err)
 		}
-		if c.names.finished(info.Metadata, image) {
+		if c.names.Volume(image, info.Metadata).Finished() {
 			return c.adoptImage(pool, image, name, info, r, enc)
 		}
 		// An image without its name is what a crash between creating it and
@@ -170,16 +171,17 @@ func (c *Controller) createImage(ctx context.Context, pool rbd.Pool, image, name
 // adoptImage answers a retry that finds the finished volume: the same
 // name, no content source, the size in range, the same encryption.
 func (c *Controller) adoptImage(pool rbd.Pool, image, name string, info rbd.ImageInfo, r *csi.CapacityRange, enc config.Encryption) (int64, error) {
-	if owner := info.Metadata[metaName]; owner != name {
-		return 0, status.Errorf(codes.AlreadyExists, "image %s/%s already belongs to volume %q", pool.Name, image, owner)
+	v := c.names.Volume(image, info.Metadata)
+	if v.Name != name {
+		return 0, status.Errorf(codes.AlreadyExists, "image %s/%s already belongs to volume %q", pool.Name, image, v.Name)
 	}
-	if info.Metadata[metaSource] != "" {
+	if v.Source != "" {
 		return 0, status.Errorf(codes.AlreadyExists, "volume %s already exists with a content source", name)
 	}
 	if !fits(int64(info.Size), r) {
 		return 0, status.Errorf(codes.AlreadyExists, "volume %s already exists with size %d bytes, which does not fit the requested range", name, info.Size)
 	}
-	if err := sameEncryption(info.Metadata, enc, name); err != nil {
+	if err := sameEncryption(v, enc, name); err != nil {
 		return 0, err
 	}
 	return int64(info.Size), nil
@@ -193,7 +195,7 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
 	}
 	vol, err := volid.DecodeVolume(id)
-	if err != nil || !c.names.isVolumeImage(vol.Image) {
+	if err != nil || !c.names.IsVolumeImage(vol.Image) {
 		klog.V(2).InfoS("deleting a volume ID that is not ours: nothing to do", "volumeID", id)
 		return &csi.DeleteVolumeResponse{}, nil
 	}
@@ -246,7 +248,7 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	}
 	// An encrypted Block volume needs the node too: the dm-crypt device
 	// on top shows the new size only after cryptsetup resize.
-	nodeExpand := !isBlock(req.GetVolumeCapability()) || isEncrypted(info.Metadata)
+	nodeExpand := !isBlock(req.GetVolumeCapability()) || c.names.Volume(vol.Image, info.Metadata).Encrypted()
 	if int64(info.Size) >= size {
 		if err := c.resizeQoS(ctx, pool, vol.Image, info, info.Size); err != nil {
 			return nil, c.writeStatus(pool, fmt.Errorf("recomputing the QoS of volume %s: %w", id, err))
@@ -288,7 +290,7 @@ func (c *Controller) lockVolume(id string, secrets map[string]string, ownCredsOK
 // finished, a static volume's need only exist.
 func (c *Controller) stat(ctx context.Context, pool rbd.Pool, vol volid.Volume) (rbd.ImageInfo, error) {
 	info, err := c.backend.Stat(ctx, pool, vol.Image)
-	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && c.names.isVolumeImage(vol.Image) && !c.names.finished(info.Metadata, vol.Image)) {
+	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && c.names.Volume(vol.Image, info.Metadata).State == records.Unfinished) {
 		return rbd.ImageInfo{}, status.Errorf(codes.NotFound, "volume %s does not exist", vol)
 	}
 	if err != nil {
@@ -328,4 +330,22 @@ func (c *Controller) pool(clusterID, pool string, secrets map[string]string, own
 		return rbd.Pool{}, status.Error(codes.InvalidArgument, err.Error())
 	}
 	return rbd.NewPool(cluster, cred, pool), nil
+}
+
+// newVolume is the record of a new volume of these parameters.
+func newVolume(name string, p config.Params, size uint64) records.NewVolume {
+	return records.NewVolume{Name: name, NamePrefix: p.VolumeNamePrefix, QoS: p.QoS, Size: size, Owner: p.Owner}
+}
+
+// namePrefix is the prefix a new volume of these parameters is named
+// with: the StorageClass's volumeNamePrefix, which must be one the
+// controller was started with, or records.VolumePrefix.
+func (c *Controller) namePrefix(p config.Params) (string, error) {
+	if p.VolumeNamePrefix == "" {
+		return records.VolumePrefix, nil
+	}
+	if !c.names.AllowsPrefix(p.VolumeNamePrefix) {
+		return "", status.Errorf(codes.InvalidArgument, "parameter %s: %q is not a prefix this driver's controller was started with; add it to its --volume-name-prefixes (it then treats every image so named as its own)", config.ParamVolumeNamePrefix, p.VolumeNamePrefix)
+	}
+	return p.VolumeNamePrefix, nil
 }
