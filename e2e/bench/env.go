@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -83,62 +82,40 @@ func (c cluster) admin(ctx context.Context, tool string, args ...string) (string
 	return out.String(), nil
 }
 
-// plugin is one rbdplugin process started by the bench, with its PID (for
-// /proc/<pid>/status) and a client connection on its unix socket.
+// plugin is one process serving CSI on a unix socket (the plugin or the
+// gRPC floor) with a client connection on it.
 type plugin struct {
-	name        string
+	*proc
 	metricsAddr string // --metrics-address, as the manifests deploy the plugin; "" if it serves none
 	socket      string
-	logPath     string
-	cmd         *exec.Cmd
-	done        chan struct{}
 	conn        *grpc.ClientConn
-	logFile     *os.File
 }
 
-// startPlugin runs bin with args plus --endpoint and --cluster-config; its
-// log (stderr, where klog writes) goes to a file in dir, as a container's
-// stderr would go to the runtime's log.
-func startPlugin(bin, dir, name string, c cluster, args ...string) (*plugin, error) {
-	pdir := filepath.Join(dir, "plugin-"+name)
-	if err := os.MkdirAll(pdir, 0o700); err != nil {
-		return nil, err
-	}
-	p := &plugin{name: name, socket: filepath.Join(pdir, "csi.sock"), logPath: filepath.Join(pdir, "plugin.log")}
+// startPlugin runs bin with args plus --endpoint, --cluster-config and
+// --metrics-address through the sides' launcher; its log (stderr, where
+// klog writes) goes to a file in dir, as a container's stderr would go to
+// the runtime's log.
+func startPlugin(bin, dir, name string, c cluster, env []string, args ...string) (*plugin, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	p.metricsAddr = addr
-	lf, err := os.Create(p.logPath)
+	socket := filepath.Join(dir, "plugin-"+name, "csi.sock")
+	full := append([]string{"--endpoint", "unix://" + socket, "--cluster-config", c.ConfigFile, "--metrics-address", addr}, args...)
+	pr, err := startProc(dir, name, bin, env, full, nil)
 	if err != nil {
 		return nil, err
 	}
-	p.logFile = lf
-	full := append([]string{"--endpoint", "unix://" + p.socket, "--cluster-config", c.ConfigFile, "--metrics-address", addr}, args...)
-	// runs: bin/rbdplugin
-	p.cmd = exec.Command(bin, full...)
-	p.cmd.Stdout, p.cmd.Stderr = lf, lf
-	// Its own process group: a Ctrl-C at the terminal reaches the bench,
-	// which cleans up through the plugin before stopping it. Should the
-	// bench die, the plugin is told to stop.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	if err := p.cmd.Start(); err != nil {
-		lf.Close()
-		return nil, err
-	}
-	p.done = make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	p := &plugin{proc: pr, metricsAddr: addr, socket: socket}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if conn, err := net.DialTimeout("unix", p.socket, time.Second); err == nil {
 			conn.Close()
 			break
 		}
-		select {
-		case <-p.done:
+		if !p.alive() {
+			p.stop()
 			return nil, fmt.Errorf("plugin %s exited at start:\n%s", name, p.tail(30))
-		default:
 		}
 		if time.Now().After(deadline) {
 			p.stop()
@@ -154,42 +131,15 @@ func startPlugin(bin, dir, name string, c cluster, args ...string) (*plugin, err
 	return p, nil
 }
 
-func (p *plugin) pid() int                         { return p.cmd.Process.Pid }
 func (p *plugin) controller() csi.ControllerClient { return csi.NewControllerClient(p.conn) }
 func (p *plugin) node() csi.NodeClient             { return csi.NewNodeClient(p.conn) }
 
-// stop sends SIGTERM and waits for the exit (SIGKILL after 30 s).
+// stop closes the client connection and stops the process.
 func (p *plugin) stop() {
 	if p.conn != nil {
 		p.conn.Close()
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-	p.logFile.Close()
-}
-
-func (p *plugin) alive() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// tail returns the last n lines of the plugin's log.
-func (p *plugin) tail(n int) string {
-	b, _ := os.ReadFile(p.logPath)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	p.proc.stop()
 }
 
 func (p *plugin) logBytes() int64 {

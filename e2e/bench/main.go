@@ -1,5 +1,5 @@
 // Command bench measures the plugin against baselines taken in the same
-// run (issue 9): `make bench` runs it against a throwaway local Ceph
+// run: `make bench` runs it against a throwaway local Ceph
 // cluster booted by scripts/with-cluster.sh, through the real plugin
 // binary on its real unix socket.
 //
@@ -12,7 +12,11 @@
 //	P7 parallel:     16 volumes staged at concurrency 1 vs 8
 //
 // Every figure with a target is a ratio against a reference measured in
-// the same run (P5's are budgets in MiB); nothing here asserts on time.
+// the same run (P5's are budgets in MiB, P3's objects a set the made
+// filesystem's geometry gives); nothing here asserts on time. The targets
+// are one table (targets.go), fixed before the run; every side of a
+// comparison starts under one environment (launch.go), which the results
+// print.
 // The table goes to stdout and, with the JSON of every sample (CPU per
 // call by process, the Ceph operations behind each call, memory by
 // mapping), to the results directory. The plugins run as the manifests
@@ -61,6 +65,7 @@ type benchConfig struct {
 	keepWork                 bool
 	perf                     bool
 	imageFeatures            string
+	gomaxprocs               int
 }
 
 type bench struct {
@@ -79,6 +84,10 @@ type bench struct {
 	watch  cpuWatch
 	rawOps *rawObserver
 
+	// env is the environment of every side (launch.go); sides records
+	// how each started.
+	env     []string
+	sides   *sidesReport
 	plugins []*plugin
 	floor   *floorProc // P5's floor, while P1 runs
 	// gfloor is the gRPC floor (e2e/bench/grpcfloor), a side of P1 and P2
@@ -114,6 +123,7 @@ func parseFlags() (benchConfig, error) {
 	flag.DurationVar(&cfg.nodeTimeout, "node-timeout", 5*time.Minute, "deadline of each node call and of the DeleteVolume of P3's 1 TiB volumes")
 	flag.StringVar(&cfg.imageFeatures, "image-features", "", "StorageClass imageFeatures for every volume (and the raw baseline); empty: the driver's default for single-writer volumes")
 	flag.BoolVar(&cfg.keepWork, "keep-work", false, "keep the work directory (plugin logs) after the run")
+	flag.IntVar(&cfg.gomaxprocs, "gomaxprocs", runtime.NumCPU(), "GOMAXPROCS of every side: this process (the raw sides), the floors and the plugins")
 	flag.BoolVar(&cfg.perf, "perf", false, "profile the plugin and the gRPC floor with perf record during their first P1 round at the top concurrency, and this process during the raw baseline's, creates and deletes apart (summaries with sample counts in the JSON, perf.data in the results directory)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -134,7 +144,7 @@ func parseFlags() (benchConfig, error) {
 		}
 		cfg.scenarios[s] = true
 	}
-	if cfg.n < 1 || cfg.rounds < 1 || cfg.cycles < 0 || cfg.cycleConcurrency < 1 || cfg.stageRounds < 1 ||
+	if cfg.n < 1 || cfg.rounds < 1 || cfg.gomaxprocs < 1 || cfg.cycles < 0 || cfg.cycleConcurrency < 1 || cfg.stageRounds < 1 ||
 		cfg.parallelVolumes < 1 || cfg.parallelConcurrency < 1 || cfg.parallelRounds < 1 || data < 1 || cfg.restoreRounds < 1 {
 		return cfg, errors.New("counts must be positive")
 	}
@@ -150,6 +160,10 @@ func main() {
 	cfg, err := parseFlags()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	if err := reexecAlike(cfg.gomaxprocs); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: restarting under the sides' environment:", err)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -180,6 +194,11 @@ func run(ctx context.Context, cfg benchConfig) int {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
+	sides, err := newSidesReport(cfg.gomaxprocs)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
 	work, err := os.MkdirTemp("", "rbdcsi-bench-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -187,16 +206,17 @@ func run(ctx context.Context, cfg benchConfig) int {
 	}
 	now := time.Now()
 	b := &bench{
-		cfg: cfg, c: c, work: work, runID: strconv.FormatInt(now.Unix()%100000, 36), led: newLedger(), start: now,
+		cfg: cfg, c: c, work: work, env: sideEnv(os.Environ(), cfg.gomaxprocs), sides: sides, runID: strconv.FormatInt(now.Unix()%100000, 36), led: newLedger(), start: now,
 		rep: &report{Started: now.Format(time.RFC3339), Details: map[string]any{}},
 	}
+	b.rep.Sides, b.rep.Targets = sides, targets()
 	b.rep.Host = hostInfo(ctx, c)
 	b.rep.Config = map[string]any{
 		"n": cfg.n, "size_bytes": cfg.size, "cycle_size_bytes": cfg.cycleSize, "concurrency": cfg.concurrency, "rounds": cfg.rounds, "cycles": cfg.cycles,
 		"cycle_concurrency": cfg.cycleConcurrency, "stage_rounds": cfg.stageRounds,
 		"parallel_volumes": cfg.parallelVolumes, "parallel_concurrency": cfg.parallelConcurrency,
 		"parallel_rounds": cfg.parallelRounds, "restore_data_bytes": cfg.restoreData, "restore_rounds": cfg.restoreRounds,
-		"scenarios": keys(cfg.scenarios), "image_features": cfg.imageFeatures,
+		"scenarios": keys(cfg.scenarios), "image_features": cfg.imageFeatures, "gomaxprocs": cfg.gomaxprocs,
 	}
 	conns := ceph.NewConns(ceph.DefaultOptions())
 	defer conns.Close()
@@ -218,8 +238,7 @@ func run(ctx context.Context, cfg benchConfig) int {
 	b.rep.Host["summary"] = fmt.Sprintf("%s; load average %s at the start, %s at the end", b.rep.Host["summary"], b.rep.Host["load_start"], b.rep.Host["load_end"])
 
 	fmt.Println()
-	fmt.Printf("rbdcsi benchmarks, %s (%s)\n\n", b.rep.Started, b.rep.Host["summary"])
-	b.rep.table(os.Stdout)
+	b.rep.print(os.Stdout)
 	path, err := b.rep.write(cfg.out, b.stamp)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench: writing results:", err)
@@ -249,41 +268,14 @@ func (b *bench) scenarios(ctx context.Context) error {
 	}
 	ctrl := sc["P1"] || sc["P2"] || sc["P4"] || sc["P5"] || sc["P6"]
 	if ctrl {
-		// As deploy/kubernetes/controller.yaml runs it: --v=2 and metrics
-		// (startPlugin adds --metrics-address).
-		quiet, err := b.startPlugin("driver", "--mode", "controller", "--v", "2")
+		sides, err := b.startSides()
 		if err != nil {
 			return err
 		}
-		var verbose *plugin
-		if sc["P6"] {
-			if verbose, err = b.startPlugin("driver-v5", "--mode", "controller", "--v", "5"); err != nil {
-				return err
-			}
+		if err := b.warmSides(ctx, sides); err != nil {
+			return err
 		}
-		if sc["P1"] || sc["P2"] || sc["P5"] {
-			if b.gfloor, err = b.startPluginBin(b.cfg.grpcFloor, "grpc-floor"); err != nil {
-				return fmt.Errorf("gRPC floor: %w", err)
-			}
-			b.gfloor.metricsAddr = "" // takes the flag, serves nothing
-		}
-		if err := b.warmRaw(ctx); err != nil {
-			return fmt.Errorf("raw baseline: %w", err)
-		}
-		for _, p := range []*plugin{quiet, verbose, b.gfloor} {
-			if p != nil {
-				if err := b.warm(ctx, p); err != nil {
-					return err
-				}
-			}
-		}
-		if sc["P5"] {
-			// Stopped after P1, or by the teardown.
-			if b.floor, err = b.startFloor(ctx); err != nil {
-				return fmt.Errorf("P5 floor: %w", err)
-			}
-		}
-		time.Sleep(2 * time.Second)
+		quiet := sides.quiet
 		idle, err := b.memSnapshot(ctx, quiet, "p5_idle")
 		if err != nil {
 			return err
@@ -295,7 +287,7 @@ func (b *bench) scenarios(ctx context.Context) error {
 			}
 		}
 		if sc["P1"] || sc["P2"] || sc["P6"] {
-			if err := b.measured(func() error { return b.runP1(ctx, quiet, verbose) }); err != nil {
+			if err := b.measured(func() error { return b.runP1(ctx, quiet, sides.verbose) }); err != nil {
 				return err
 			}
 		}
@@ -342,21 +334,6 @@ func (b *bench) measured(run func() error) error {
 	load.sample()
 	b.rep.setLoad(from, load)
 	return err
-}
-
-func (b *bench) startPlugin(name string, args ...string) (*plugin, error) {
-	return b.startPluginBin(b.cfg.plugin, name, args...)
-}
-
-func (b *bench) startPluginBin(bin, name string, args ...string) (*plugin, error) {
-	p, err := startPlugin(bin, b.work, name, b.c, args...)
-	if err != nil {
-		return nil, err
-	}
-	b.plugins = append(b.plugins, p)
-	b.watch.pids["plugin-"+name] = []int{p.pid()}
-	b.logf("started plugin %s (pid %d): %s", name, p.pid(), strings.Join(args, " "))
-	return p, nil
 }
 
 // teardown removes everything the run made, stops the plugins and checks

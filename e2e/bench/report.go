@@ -12,9 +12,10 @@ import (
 
 // row is one line of the table: a measured value, the reference it is
 // compared with (a baseline measured in the same run, or a fixed budget),
-// their ratio and the target.
+// their ratio and the target, which comes from the table in targets.go.
 type row struct {
 	ID      string   `json:"id"`
+	Key     string   `json:"target_key"`
 	Measure string   `json:"measure"`
 	Unit    string   `json:"unit"`
 	Value   float64  `json:"value"`
@@ -23,6 +24,8 @@ type row struct {
 	Ratio   *float64 `json:"ratio,omitempty"`
 	Target  string   `json:"target"`
 	Met     *bool    `json:"met,omitempty"`
+	// Beyond counts the objects outside the reference set (P3's objects).
+	Beyond *int `json:"objects_beyond,omitempty"`
 	// Load is the 1-minute load average while the samples behind the
 	// row were taken: how busy the machine was, the cluster included.
 	Load string `json:"load,omitempty"`
@@ -88,6 +91,8 @@ type report struct {
 	DurationS float64        `json:"duration_s"`
 	Host      map[string]any `json:"host"`
 	Config    map[string]any `json:"config"`
+	Targets   []target       `json:"targets"`
+	Sides     *sidesReport   `json:"sides,omitempty"`
 	Rows      []row          `json:"rows"`
 	Details   map[string]any `json:"details"`
 	Error     string         `json:"error,omitempty"`
@@ -96,31 +101,16 @@ type report struct {
 
 func ptr[T any](v T) *T { return &v }
 
-// compare adds a row value vs ref with ratio value/ref; atLeast/atMost is
-// the target on the ratio (0: none).
-func (r *report) compare(id, measure, unit string, value, ref float64, refName string, atLeast, atMost float64) {
-	rw := row{ID: id, Measure: measure, Unit: unit, Value: value, Ref: ptr(ref), RefName: refName}
-	if ref > 0 {
-		rw.Ratio = ptr(value / ref)
-	}
-	switch {
-	case atLeast > 0:
-		rw.Target = fmt.Sprintf(">= %.2f", atLeast)
-		rw.Met = ptr(rw.Ratio != nil && *rw.Ratio >= atLeast)
-	case atMost > 0:
-		rw.Target = fmt.Sprintf("<= %.2f", atMost)
-		rw.Met = ptr(rw.Ratio != nil && *rw.Ratio <= atMost)
-	default:
-		rw.Target = "(reported)"
-	}
-	r.Rows = append(r.Rows, rw)
+// add appends a row of the kind key, judged by the table, and returns it
+// for the caller to give its load.
+func (r *report) add(key string, rw row) *row {
+	r.Rows = append(r.Rows, judgeRow(key, rw, 0))
+	return &r.Rows[len(r.Rows)-1]
 }
 
-// budget adds a row with an absolute target (value <= limit).
-func (r *report) budget(id, measure, unit string, value, limit float64, target string) {
-	rw := row{ID: id, Measure: measure, Unit: unit, Value: value, Target: target}
-	rw.Met = ptr(value <= limit)
-	r.Rows = append(r.Rows, rw)
+// vs is a row of value against a reference named refName.
+func vs(measure, unit string, value, ref float64, refName string) row {
+	return row{Measure: measure, Unit: unit, Value: value, Ref: ptr(ref), RefName: refName}
 }
 
 func fmtVal(v float64, unit string) string {
@@ -136,6 +126,8 @@ func fmtVal(v float64, unit string) string {
 		return fmt.Sprintf("%.1f MiB", v)
 	case "ms":
 		return fmt.Sprintf("%.1f ms", v)
+	case "objects":
+		return fmt.Sprintf("%.0f objects", v)
 	}
 	return fmt.Sprintf("%.2f %s", v, unit)
 }
@@ -162,6 +154,20 @@ func (r *report) table(w io.Writer) {
 	}
 }
 
+// print writes the whole result: the header, the table of rows, how the
+// sides were started and the targets that judge the rows.
+func (r *report) print(w io.Writer) {
+	fmt.Fprintf(w, "rbdcsi benchmarks, %s (%s)\n\n", r.Started, r.Host["summary"])
+	r.table(w)
+	if r.Sides != nil {
+		fmt.Fprintln(w)
+		r.Sides.print(w)
+	}
+	fmt.Fprintln(w, "\nTargets, fixed in the bench before the run (e2e/bench/targets.go):")
+	fmt.Fprintln(w)
+	printTargets(w)
+}
+
 // write stores the report as results/bench-<stamp>.json and the table as
 // results/bench-<stamp>.md; it returns the JSON path.
 func (r *report) write(dir, stamp string) (string, error) {
@@ -177,8 +183,7 @@ func (r *report) write(dir, stamp string) (string, error) {
 		return "", err
 	}
 	var md strings.Builder
-	fmt.Fprintf(&md, "rbdcsi benchmarks, %s (%s)\n\n", r.Started, r.Host["summary"])
-	r.table(&md)
+	r.print(&md)
 	return path, os.WriteFile(filepath.Join(dir, "bench-"+stamp+".md"), []byte(md.String()), 0o644)
 }
 

@@ -1,13 +1,15 @@
 // Command floor is the memory floor P5 compares the plugin with: the
 // least a Go program holds once it links librbd and librados (through
 // internal/rbd/ceph, as the plugin does) and has made one Ceph connection.
-// It does what the bench's warm-up does to a plugin (create one volume's
-// image with its metadata, remove it), prints "ready" and holds still
-// while the bench reads its memory as it reads the plugin's. Each "burst"
-// line on its standard input then runs the Ceph work of P1's peak, N
-// creates and N read-and-removes at concurrency C, and prints "done";
-// it exits when its standard input closes. What the plugin holds above
-// this is the plugin's own: gRPC, the services, their caches.
+// The bench starts it as it starts every side; it prints "ready" once
+// started, before any Ceph connection, as a plugin opens its socket. Each
+// line on its standard input is a command, answered by "done": "warm"
+// does what the bench's warm-up does to every side (one volume's image
+// created with its metadata, read, removed); "burst" runs the Ceph work of
+// P1's peak, N creates and N read-and-removes at concurrency C. It holds
+// still between commands while the bench reads its memory as it reads the
+// plugin's, and exits when its standard input closes. What the plugin
+// holds above this is the plugin's own: gRPC, the services, their caches.
 package main
 
 import (
@@ -47,17 +49,19 @@ func run(pool rbd.Pool, prefix string, n, c int) error {
 	conns := ceph.NewConns(ceph.DefaultOptions())
 	defer conns.Close()
 	backend := ceph.NewBackend(conns, ceph.BackendOptions{})
-	// The warm-up, as the bench's of a plugin: one volume made and deleted.
-	if err := burst(backend, pool, prefix, 1, 1); err != nil {
-		return err
-	}
 	fmt.Println("ready")
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
-		if in.Text() != "burst" {
-			return fmt.Errorf("unknown command %q", in.Text())
+		var err error
+		switch in.Text() {
+		case "warm":
+			err = burst(backend, pool, prefix, 1, 1)
+		case "burst":
+			err = burst(backend, pool, prefix, n, c)
+		default:
+			err = fmt.Errorf("unknown command %q", in.Text())
 		}
-		if err := burst(backend, pool, prefix, n, c); err != nil {
+		if err != nil {
 			return err
 		}
 		fmt.Println("done")

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"fmt"
+	"io"
+)
+
+// judge is how a row's figure is held to its target.
+type judge int
+
+const (
+	reported   judge = iota // no target: the row explains another
+	atLeast                 // ratio >= limit
+	atMost                  // ratio <= limit
+	budget                  // value <= limit, in the row's unit
+	noneBeyond              // no object beyond the reference set
+)
+
+// target is one kind of row: what it measures, what it compares that
+// with, and the threshold that judges it. The table is fixed here, before
+// any run: a row takes its threshold from it and from nowhere else.
+type target struct {
+	Key     string  `json:"key"`
+	ID      string  `json:"id"`
+	Measure string  `json:"measure"`
+	Versus  string  `json:"versus"`
+	Judge   judge   `json:"-"`
+	Limit   float64 `json:"limit,omitempty"`
+	Unit    string  `json:"-"`
+	// Invert makes the ratio reference/value (a speed-up) instead of
+	// value/reference.
+	Invert bool   `json:"-"`
+	Target string `json:"target"` // Judge and Limit in words, for the table
+}
+
+// The raw librbd sides run in the bench's own process and do the least
+// Ceph work a call needs: the physical limit every ratio target is set
+// against. Rows against the gRPC floor explain what part of a gap serving
+// over gRPC costs; they carry no target.
+const (
+	keyP1Create        = "P1 create"
+	keyP1CreateGFloor  = "P1 create vs gRPC floor"
+	keyP1GFloorRaw     = "P1 gRPC floor vs raw"
+	keyP2Reclaim       = "P2 reclaim"
+	keyP2ReclaimRead   = "P2 reclaim vs read+remove"
+	keyP2ReclaimGFloor = "P2 reclaim vs gRPC floor"
+	keyP3Ext4          = "P3 ext4"
+	keyP3Ext4Objects   = "P3 ext4 objects"
+	keyP3XFS           = "P3 xfs"
+	keyP3Delete        = "P3 delete"
+	keyP4Restore       = "P4 restore"
+	keyP5Idle          = "P5 idle"
+	keyP5IdleGFloor    = "P5 idle vs gRPC floor"
+	keyP5Peak          = "P5 peak"
+	keyP5PeakGFloor    = "P5 peak vs gRPC floor"
+	keyP5Growth        = "P5 growth"
+	keyP6Verbose       = "P6 verbose"
+	keyP7Stage         = "P7 stage"
+	keyP7Unstage       = "P7 unstage"
+)
+
+// targets is the table, in the order the results print it.
+func targets() []target {
+	raw := "raw librbd in the bench's process (create the image with its one metadata key)"
+	ts := []target{
+		{Key: keyP1Create, ID: "P1", Measure: "CreateVolume/s at each concurrency", Versus: raw, Judge: atLeast, Limit: 0.95},
+		{Key: keyP1CreateGFloor, ID: "P1", Measure: "CreateVolume/s at each concurrency", Versus: "the gRPC floor"},
+		{Key: keyP1GFloorRaw, ID: "P1", Measure: "the gRPC floor's CreateVolume/s (not the driver)", Versus: raw},
+		{Key: keyP2Reclaim, ID: "P2", Measure: "DeleteVolume/s until the pool holds nothing of the volumes", Versus: "raw librbd image removal", Judge: atLeast, Limit: 0.95},
+		{Key: keyP2ReclaimRead, ID: "P2", Measure: "DeleteVolume/s until reclaimed", Versus: "raw librbd image read, then removal: the least a delete that checks first can do", Judge: atLeast, Limit: 0.95},
+		{Key: keyP2ReclaimGFloor, ID: "P2", Measure: "DeleteVolume/s until reclaimed", Versus: "the gRPC floor (read, then remove)"},
+		{Key: keyP3Ext4, ID: "P3", Measure: "ext4 NodeStage + NodeUnstage of a fresh 1 TiB volume", Versus: "the same of a 1 GiB volume", Judge: atMost, Limit: 1.2},
+		{Key: keyP3Ext4Objects, ID: "P3", Measure: "RBD objects an ext4 stage + unstage leaves in the image", Versus: "the objects holding what the filesystem needs written: superblock and group descriptor copies, initialised bitmaps, used inode table blocks, directories, the resize inode's and the journal's own blocks (dumpe2fs and debugfs of the made filesystem)", Judge: noneBeyond, Unit: "objects"},
+		{Key: keyP3XFS, ID: "P3", Measure: "xfs NodeStage + NodeUnstage of a fresh 1 TiB volume", Versus: "the same of a 1 GiB volume", Judge: atMost, Limit: 1.5},
+		{Key: keyP3Delete, ID: "P3", Measure: "DeleteVolume of a staged-then-unstaged 1 TiB volume", Versus: "the same of a 1 GiB volume", Judge: atMost, Limit: 2},
+		{Key: keyP4Restore, ID: "P4", Measure: "CreateVolume from a snapshot of a volume with data written", Versus: "from a snapshot of an empty volume", Judge: atMost, Limit: 1.2},
+		{Key: keyP5Idle, ID: "P5", Measure: "plugin RSS idle, after its first Ceph connection", Versus: "a budget; the bare go-ceph client (the floor) beside it", Judge: budget, Limit: 40, Unit: "MiB"},
+		{Key: keyP5IdleGFloor, ID: "P5", Measure: "plugin RSS idle", Versus: "the gRPC floor's"},
+		{Key: keyP5Peak, ID: "P5", Measure: "plugin peak RSS (VmHWM) during P1 at the top concurrency", Versus: "a budget; the floor's peak doing the same Ceph work beside it", Judge: budget, Limit: 55, Unit: "MiB"},
+		{Key: keyP5PeakGFloor, ID: "P5", Measure: "plugin peak RSS during P1", Versus: "the gRPC floor's"},
+		{Key: keyP5Growth, ID: "P5", Measure: "plugin RSS growth over the second half of the create/delete cycles", Versus: "a budget: no growth", Judge: budget, Limit: 1, Unit: "MiB"},
+		{Key: keyP6Verbose, ID: "P6", Measure: "CreateVolume/s at --v=5", Versus: "at --v=2, the manifests' verbosity", Judge: atLeast, Limit: 0.95},
+		{Key: keyP7Stage, ID: "P7", Measure: "NodeStage of a batch of volumes at the parallel concurrency (speed-up)", Versus: "at concurrency 1", Invert: true},
+		{Key: keyP7Unstage, ID: "P7", Measure: "NodeUnstage of the batch at the parallel concurrency (speed-up)", Versus: "at concurrency 1", Invert: true},
+	}
+	for i := range ts {
+		ts[i].Target = ts[i].words()
+	}
+	return ts
+}
+
+// words says the target as the table prints it.
+func (t target) words() string {
+	switch t.Judge {
+	case atLeast:
+		return fmt.Sprintf(">= %.2f", t.Limit)
+	case atMost:
+		return fmt.Sprintf("<= %.2f", t.Limit)
+	case budget:
+		return fmt.Sprintf("<= %g %s", t.Limit, t.Unit)
+	case noneBeyond:
+		return "none beyond"
+	}
+	if t.Invert {
+		return "(reported; 1.0 = serialised)"
+	}
+	return "(reported)"
+}
+
+// targetOf returns the table's entry for key; a key missing from the
+// table is a bug in the bench.
+func targetOf(key string) target {
+	for _, t := range targets() {
+		if t.Key == key {
+			return t
+		}
+	}
+	panic("bench: no target for row kind " + key)
+}
+
+// judgeRow fills in a row's ID, target and verdict from the table. A
+// ratio the caller computed (P1's median of per-round ratios) is kept;
+// otherwise it is value/reference. beyond counts the objects beyond the
+// reference set, for noneBeyond rows.
+func judgeRow(key string, rw row, beyond int) row {
+	t := targetOf(key)
+	rw.ID, rw.Key, rw.Target = t.ID, t.Key, t.Target
+	if rw.Ratio == nil && rw.Ref != nil && *rw.Ref > 0 {
+		switch {
+		case !t.Invert:
+			rw.Ratio = ptr(rw.Value / *rw.Ref)
+		case rw.Value > 0:
+			rw.Ratio = ptr(*rw.Ref / rw.Value)
+		}
+	}
+	switch t.Judge {
+	case atLeast:
+		rw.Met = ptr(rw.Ratio != nil && *rw.Ratio >= t.Limit)
+	case atMost:
+		rw.Met = ptr(rw.Ratio != nil && *rw.Ratio <= t.Limit)
+	case budget:
+		rw.Met = ptr(rw.Value <= t.Limit)
+	case noneBeyond:
+		rw.Beyond = ptr(beyond)
+		rw.Met = ptr(beyond == 0)
+	}
+	return rw
+}
+
+// printTargets writes the table of targets as Markdown.
+func printTargets(w io.Writer) {
+	fmt.Fprintln(w, "| | measure | compared with | target |")
+	fmt.Fprintln(w, "|---|---|---|---|")
+	for _, t := range targets() {
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", t.ID, t.Measure, t.Versus, t.Target)
+	}
+}
