@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -81,9 +80,11 @@ type stageRun struct {
 	DeleteS  float64 `json:"delete_s"` // DeleteVolume afterwards (not part of the ratio)
 	// Steps of the stage, from the plugin's log.
 	Steps *stageSteps `json:"steps,omitempty"`
-	// Objects is how many 4 MiB RBD data objects the stage wrote (mkfs):
-	// what the filesystem's size costs in I/O.
+	// Objects is how many RBD data objects the stage wrote (mkfs, mount,
+	// unmount): what the filesystem's size costs in I/O.
 	Objects int `json:"objects_written"`
+	// Check of ext4's objects against those its metadata needs.
+	Ext4 *objectsCheck `json:"ext4_objects,omitempty"`
 }
 
 // p3 stages and unstages fresh 1 GiB and 1 TiB volumes, per filesystem.
@@ -101,20 +102,42 @@ func (b *bench) p3(ctx context.Context, p *plugin) ([]stageRun, error) {
 					return runs, err
 				}
 				staging := filepath.Join(b.work, "stage", name)
+				layout, err := b.imageLayout(ctx, imageOf(v.VolumeId))
+				if err != nil {
+					return runs, err
+				}
 				start := time.Now()
 				if err := b.stage(ctx, nc, v, fs, staging); err != nil {
 					return runs, err
 				}
-				mid := time.Now()
+				staged := time.Now()
+				// Untimed, between the two: what the made filesystem needs.
+				var fsObjs ext4Objects
+				if fs == "ext4" {
+					if fsObjs, err = stagedExt4Needs(ctx, staging, layout.objectSize); err != nil {
+						return runs, fmt.Errorf("P3 %s: %w", name, err)
+					}
+				}
+				unstaging := time.Now()
 				if err := b.unstage(ctx, nc, v, staging); err != nil {
 					return runs, err
 				}
-				r := stageRun{FS: fs, Size: size, Round: round, StageS: mid.Sub(start).Seconds(), UnstageS: time.Since(mid).Seconds()}
-				steps, ok := b.stageSteps(p, v.VolumeId, start, mid)
+				r := stageRun{FS: fs, Size: size, Round: round, StageS: staged.Sub(start).Seconds(), UnstageS: time.Since(unstaging).Seconds()}
+				steps, ok := b.stageSteps(p, v.VolumeId, start, staged)
 				if ok {
 					r.Steps = &steps
 				}
-				r.Objects, _ = b.dataObjects(ctx, imageOf(v.VolumeId))
+				held, err := b.dataObjects(ctx, layout)
+				if err != nil {
+					return runs, err
+				}
+				r.Objects = len(held)
+				if fs == "ext4" {
+					r.Ext4 = checkObjects(held, fsObjs, size, layout.objectSize)
+					if err := b.sayContents(ctx, layout, r.Ext4); err != nil {
+						return runs, err
+					}
+				}
 				start = time.Now()
 				if err := b.deleteVolumeWithin(ctx, cc, v.VolumeId, b.cfg.nodeTimeout); err != nil {
 					return runs, err
@@ -124,37 +147,16 @@ func (b *bench) p3(ctx context.Context, p *plugin) ([]stageRun, error) {
 				if r.Steps != nil {
 					how = fmt.Sprintf(" (map %.0f, mkfs+mount %.0f)", r.Steps.MapS*1000, r.Steps.FormatS*1000)
 				}
-				b.logf("  P3 %-4s %-5s round %d: stage %6.0f ms%s, unstage %4.0f ms, %d objects written; DeleteVolume %.1f s", fs, sizeName(size), round+1, r.StageS*1000, how, r.UnstageS*1000, r.Objects, r.DeleteS)
+				objs := fmt.Sprintf("%d objects written", r.Objects)
+				if r.Ext4 != nil {
+					objs += fmt.Sprintf(" (the filesystem needs %d; beyond them: %d)", r.Ext4.Needed, len(r.Ext4.Beyond))
+				}
+				b.logf("  P3 %-4s %-5s round %d: stage %6.0f ms%s, unstage %4.0f ms, %s; DeleteVolume %.1f s", fs, sizeName(size), round+1, r.StageS*1000, how, r.UnstageS*1000, objs, r.DeleteS)
 				runs = append(runs, r)
 			}
 		}
 	}
 	return runs, nil
-}
-
-// dataObjects counts the image's RBD data objects (one per 4 MiB written).
-func (b *bench) dataObjects(ctx context.Context, image string) (int, error) {
-	out, err := b.c.admin(ctx, "rbd", "info", "--format", "json", b.c.Pool+"/"+image)
-	if err != nil {
-		return 0, err
-	}
-	var info struct {
-		Prefix string `json:"block_name_prefix"`
-	}
-	if err := json.Unmarshal([]byte(out), &info); err != nil || info.Prefix == "" {
-		return 0, fmt.Errorf("rbd info %s: no block_name_prefix", image)
-	}
-	out, err = b.c.admin(ctx, "rados", "-p", b.c.Pool, "ls")
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, o := range strings.Fields(out) {
-		if strings.HasPrefix(o, info.Prefix+".") {
-			n++
-		}
-	}
-	return n, nil
 }
 
 func sizeName(n int64) string {

@@ -33,6 +33,9 @@ func (b *bench) runP3(ctx context.Context, np *plugin) error {
 		key := map[string]string{"ext4": keyP3Ext4, "xfs": keyP3XFS}[fs]
 		b.rep.add(key, vs(fmt.Sprintf("%s stage + unstage: 1 TiB vs 1 GiB (median of %d; mkfs wrote %.0f vs %.0f RBD objects)", fs, b.cfg.stageRounds, median(bigObj), median(smallObj)),
 			"s", median(big), median(small), "1 GiB"))
+		if fs == "ext4" {
+			b.ext4ObjectRows(runs)
+		}
 	}
 	var delSmall, delBig []float64
 	for _, r := range runs {
