@@ -93,9 +93,11 @@ IMAGE ?= rbdcsi/rbdplugin:$(VERSION)
 image:
 	docker build -f build/Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
-# Benchmarks (issue 9, README "Performance"): P1-P7 through the real plugin
-# binary against a throwaway local cluster, every figure a ratio against a
-# baseline measured in the same run. Prints the table and writes
+# Benchmarks (README "Performance"): P1-P7 through the real plugin binary
+# against a throwaway local cluster, every figure a ratio against a
+# baseline measured in the same run, every side started under one
+# environment, every target fixed in e2e/bench/targets.go. Prints the
+# table, how the sides ran and the targets, and writes
 # results/bench-<time>.json and .md. Options: BENCH_FLAGS='-rounds 1 -cycles 1000'
 # (all of them: bin/rbdbench -h).
 BENCH_FLAGS ?=
