@@ -38,18 +38,18 @@ lint:
 	@bad=$$(gofmt -l cmd internal e2e deploy); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
 	go vet ./...
 	go vet -tags=$(CEPH_TAGS),e2e_k8s ./e2e/k8s/
-	go vet -tags=$(CEPH_TAGS),helm ./deploy/
+	go vet -tags=$(CEPH_TAGS),helm ./e2e/manifests/
 	shellcheck -x scripts/*.sh .ci/run
 	go run ./scripts/programs check
 	go run ./scripts/doclinks
 
 unit:
-	go test -count=1 ./cmd/... ./internal/... ./deploy/... ./scripts/...
+	go test -count=1 ./cmd/... ./internal/... ./e2e/manifests/ ./scripts/...
 
 # Integration and conformance run against a real single-node Ceph cluster that
 # scripts/with-cluster.sh boots for the run and always tears down.
 integration: build
-	scripts/with-cluster.sh go test -count=1 -p 1 -timeout 60m ./e2e/...
+	scripts/with-cluster.sh go test -count=1 -p 1 -timeout 60m $$(go list ./e2e/... | grep -v '/e2e/manifests$$')
 
 # Short bounded runs of every fuzz target (the seed corpora run in `unit`);
 # scripts/fuzz.sh tells a real finding from the fuzz engine's spurious
@@ -72,7 +72,7 @@ test: lint unit fuzz integration instances
 HELM_CACHE ?= $(or $(RBDCSI_E2E_CACHE),/var/cache/rbdcsi-e2e)
 helm-test:
 	scripts/k8s-build.sh helm
-	RBDCSI_HELM=$(HELM_CACHE)/bin/helm go test -count=1 -tags=$(CEPH_TAGS),helm -run Helm ./deploy/
+	RBDCSI_HELM=$(HELM_CACHE)/bin/helm go test -count=1 -tags=$(CEPH_TAGS),helm -run Helm ./e2e/manifests/
 
 demo: deps build
 	scripts/with-cluster.sh scripts/demo.sh

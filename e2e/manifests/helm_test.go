@@ -4,7 +4,7 @@
 // only with the helm tag and run by `make helm-test`, which builds helm
 // and passes its path in RBDCSI_HELM.
 
-package deploy
+package manifests
 
 import (
 	"bytes"
@@ -51,7 +51,7 @@ func helmBinary(t *testing.T) string {
 func runHelm(t *testing.T, args ...string) (stdout []byte, stderr string, err error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	// runs: $RBDCSI_HELM, the helm scripts/k8s-build.sh built
+	// runs: $RBDCSI_E2E_CACHE/bin/helm (built by scripts/k8s-build.sh), through $RBDCSI_HELM
 	cmd := exec.Command(helmBinary(t), args...)
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err = cmd.Run()

@@ -1,4 +1,4 @@
-package deploy
+package manifests
 
 import (
 	"bufio"
@@ -40,6 +40,7 @@ func loadPluginFlags(t *testing.T) pluginFlags {
 			return
 		}
 		// --help makes the flag set print its usage and the binary exit 2.
+		// runs: $TMPDIR/rbdplugin-help-*/rbdplugin (built just above)
 		out, _ := exec.Command(bin, "--help").CombinedOutput()
 		helpOut = parseHelp(string(out))
 		if len(helpOut) == 0 {

@@ -4,7 +4,7 @@
 // files of the test matrix lead to, and how the values' parameters match
 // the driver's.
 
-package deploy
+package manifests
 
 import (
 	"encoding/json"

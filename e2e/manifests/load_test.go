@@ -1,7 +1,8 @@
-// Package deploy holds no code: its tests check the manifests under
+// Package manifests holds no code: its tests check the manifests under
 // deploy/ against the Kubernetes API types and against the plugin binary,
-// so that drift between them fails here instead of in a cluster.
-package deploy
+// so that drift between them fails here instead of in a cluster. They run
+// in deploy/ (TestMain), so the paths they name are relative to it.
+package manifests
 
 import (
 	"bytes"
