@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -347,52 +346,6 @@ func TestNoTabsOrCRLF(t *testing.T) {
 			if bytes.Contains(data, []byte("\t")) || bytes.Contains(data, []byte("\r")) {
 				t.Errorf("%s holds a tab or a carriage return", f)
 			}
-		}
-	}
-}
-
-// TestKustomizeBuild runs `kubectl kustomize` when kubectl is installed and
-// checks it yields exactly the objects of the files, each decoding
-// strictly. Without kubectl it is skipped (TestKustomizationListsEveryFile
-// still checks the list).
-func TestKustomizeBuild(t *testing.T) {
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Skip("kubectl is not installed")
-	}
-	out, err := exec.Command(kubectl, "kustomize", kubernetesDir).Output()
-	if err != nil {
-		t.Fatalf("kubectl kustomize %s: %v", kubernetesDir, err)
-	}
-	dec := strictDecoder(newScheme(t))
-	key := func(o runtime.Object, gvk schema.GroupVersionKind) string {
-		meta := o.(interface {
-			GetName() string
-			GetNamespace() string
-		})
-		return gvk.Kind + " " + meta.GetNamespace() + "/" + meta.GetName()
-	}
-	built := map[string]bool{}
-	for i, doc := range splitDocuments(out) {
-		obj, gvk, err := dec.Decode(doc, nil, nil)
-		if err != nil {
-			t.Errorf("kustomize output #%d: %v", i, err)
-			continue
-		}
-		built[key(obj, *gvk)] = true
-	}
-	files := map[string]bool{}
-	for _, o := range loadAll(t).inDir(kubernetesDir).objects {
-		files[key(o.obj, o.gvk)] = true
-	}
-	for k := range files {
-		if !built[k] {
-			t.Errorf("kustomize output lacks %s", k)
-		}
-	}
-	for k := range built {
-		if !files[k] {
-			t.Errorf("kustomize output has %s, which no file holds", k)
 		}
 	}
 }
