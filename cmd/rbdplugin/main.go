@@ -18,6 +18,7 @@ import (
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/controller"
+	"github.com/rbdcsi/rbdcsi/internal/controller/upkeep"
 	"github.com/rbdcsi/rbdcsi/internal/driver"
 	"github.com/rbdcsi/rbdcsi/internal/kms"
 	"github.com/rbdcsi/rbdcsi/internal/metrics"
@@ -63,14 +64,14 @@ func parseFlags(args []string) (flags, error) {
 	fs.StringVar(&f.mode, "mode", "all", "services to run: controller, node or all")
 	fs.StringVar(&f.clusterConfig, "cluster-config", "/etc/rbdcsi/cluster-config.json", "JSON list of {clusterID, monitors[]}")
 	fs.StringVar(&f.kmsConfig, "kms-config", "", "JSON map from KMS ID (a StorageClass's encryptionKMSID) to where its key encryption keys come from (README, Encryption); empty: encrypted classes are refused")
-	fs.DurationVar(&f.ctrl.KEKRotationInterval, "kek-rotation-interval", controller.DefaultKEKRotationInterval, "with --kms-config and --controller-secret-dir: how often the controller re-wraps the data keys of encrypted volumes whose KEK is not their KMS's current one, with the KEKs in that Secret")
+	fs.DurationVar(&f.ctrl.KEKRotationInterval, "kek-rotation-interval", upkeep.DefaultKEKRotationInterval, "with --kms-config and --controller-secret-dir: how often the controller re-wraps the data keys of encrypted volumes whose KEK is not their KMS's current one, with the KEKs in that Secret")
 	fs.StringVar(&f.secretDir, "controller-secret-dir", "", "directory with userID and userKey files (a mounted Secret) for the controller calls that carry no secrets: ListVolumes, GetCapacity, ControllerGetVolume")
 	fs.DurationVar(&f.cephTimeout, "ceph-timeout", 10*time.Second, "bound on every Ceph operation")
 	fs.DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long in-flight calls may run after SIGTERM")
 	fs.IntVar(&f.ctrl.CloneDepthSoft, "clone-depth-soft", controller.DefaultCloneDepthSoft, "clones deeper than this are flattened in the background")
 	fs.IntVar(&f.ctrl.CloneDepthHard, "clone-depth-hard", controller.DefaultCloneDepthHard, "clones deeper than this are flattened before CreateVolume succeeds")
 	fs.IntVar(&f.ctrl.MaxSnapshotsPerImage, "max-snapshots-per-image", controller.DefaultMaxSnapshotsPerImage, "most snapshots one volume may have (krbd maps at most 510)")
-	fs.DurationVar(&f.ctrl.SweepInterval, "reclaim-sweep-interval", controller.DefaultSweepInterval, "after a delete, and with --controller-secret-dir in every pool it can read, sweep a pool at most this often for what crashed or abandoned requests left (hidden images nothing needs, unfinished images, temporary clone snapshots older than this); 0 turns it off")
+	fs.DurationVar(&f.ctrl.SweepInterval, "reclaim-sweep-interval", upkeep.DefaultSweepInterval, "after a delete, and with --controller-secret-dir in every pool it can read, sweep a pool at most this often for what crashed or abandoned requests left (hidden images nothing needs, unfinished images, temporary clone snapshots older than this); 0 turns it off")
 	fs.Func("volume-name-prefixes", "comma-separated StorageClass volumeNamePrefix values allowed besides csi-vol- (like k8s-prod-); every image so named is taken for this driver's: listed, deleted, swept when unfinished", func(v string) error {
 		for _, p := range strings.Split(v, ",") {
 			if err := config.ValidVolumeNamePrefix(p); err != nil {
@@ -175,7 +176,7 @@ func run(ctx context.Context, f flags) error {
 	}
 	var interceptors []grpc.UnaryServerInterceptor
 	var observer rbd.Observer
-	var upkeep controller.Upkeep
+	var upkeepObs upkeep.Observer
 	var trimObs node.TrimObserver
 	var liftObs node.LiftObserver
 	if f.metricsAddr != "" {
@@ -184,7 +185,7 @@ func run(ctx context.Context, f flags) error {
 			return err
 		}
 		interceptors = append(interceptors, m.UnaryInterceptor())
-		observer, upkeep, trimObs, liftObs = m, m, m, m
+		observer, upkeepObs, trimObs, liftObs = m, m, m, m
 	}
 	// Inside the metrics: their latency counts the wait for a slot.
 	interceptors = append(interceptors, driver.LimitControllerCalls(f.maxCtrlCalls))
@@ -211,7 +212,7 @@ func run(ctx context.Context, f flags) error {
 			return err
 		}
 		o := f.ctrl
-		o.Backend, o.Clusters, o.Credentials, o.Fault, o.Upkeep = backend, clusters, cred, fault, upkeep
+		o.Backend, o.Clusters, o.Credentials, o.Fault, o.Upkeep = backend, clusters, cred, fault, upkeepObs
 		o.KMS = kmsConfig
 		if dir := f.secretDir; dir != "" && kmsConfig != nil {
 			// Re-read at every pass: a rotation adds a KEK to the Secret.

@@ -1,5 +1,9 @@
-// Package controller implements the CSI Controller service on RBD images:
-// create, delete, expand, list and capacity, idempotent by request name.
+// Package controller is the CSI Controller and GroupController services on
+// RBD images: volumes, snapshots, clones, group snapshots, expansion,
+// attachments, listing and capacity, each call idempotent by request name.
+// It keeps its records in Ceph through internal/controller/records and
+// hands what runs off the request path (sweeps, reclaim, flattens,
+// sparsifies, KEK rotation) to internal/controller/upkeep.
 package controller
 
 import (
@@ -10,8 +14,10 @@ import (
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/controller/records"
+	"github.com/rbdcsi/rbdcsi/internal/controller/upkeep"
 	"github.com/rbdcsi/rbdcsi/internal/kms"
 	"github.com/rbdcsi/rbdcsi/internal/lock"
+	"github.com/rbdcsi/rbdcsi/internal/nodereg"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
@@ -20,6 +26,23 @@ type Clusters interface {
 	Lookup(clusterID string) (config.Cluster, error)
 	All() []config.Cluster
 }
+
+// Nodes tells which nodes exist, indexes what is attached to each and
+// records the fences of nodes that still had a volume open when it was
+// detached from them (internal/nodereg implements it).
+type Nodes interface {
+	Lookup(ctx context.Context, nodeID string) (nodereg.Node, bool, error)
+	Attachments(ctx context.Context, nodeID string) ([]string, error)
+	AddAttachment(ctx context.Context, nodeID, volumeID string) error
+	RemoveAttachment(ctx context.Context, nodeID, volumeID string) error
+	AddFence(ctx context.Context, nodeID, volumeID string, f nodereg.Fence) error
+	DropExpiredFences(ctx context.Context) (int, error)
+}
+
+// DefaultFenceExpiry is how long a fenced client stays blocklisted unless
+// its node lifts the entry first: Ceph's own default for the entries
+// librbd adds when it breaks a dead client's lock.
+const DefaultFenceExpiry = time.Hour
 
 // Options configure a Controller.
 type Options struct {
@@ -38,7 +61,7 @@ type Options struct {
 	MaxSnapshotsPerImage int
 	// SweepInterval: after a delete in a pool, and periodically in every
 	// pool when Credentials are set, what crashed or abandoned requests
-	// left is looked for at most this often (see sweeper). 0: never.
+	// left is looked for at most this often (upkeep.Options). 0: never.
 	SweepInterval time.Duration
 	// Nodes tells which nodes exist. Nil: attachments are not offered.
 	Nodes Nodes
@@ -46,8 +69,9 @@ type Options struct {
 	// volume open when it was detached stay blocklisted, unless the node
 	// lifts them when it unstages the volume (0: DefaultFenceExpiry).
 	FenceExpiry time.Duration
-	// Upkeep is told about background work (metrics). Nil: nobody.
-	Upkeep Upkeep
+	// Upkeep is told about background work and fences (metrics). Nil:
+	// nobody.
+	Upkeep upkeep.Observer
 	// VolumeNamePrefixes are the StorageClass volumeNamePrefix values
 	// allowed besides the default, csi-vol-: images with them are this
 	// driver's (listed, swept when unfinished, deleted), so the list must
@@ -64,93 +88,57 @@ type Options struct {
 	// KMSSecrets returns the controller's own secrets (its Secret, as
 	// kms.SecretsFromDir reads it), whose KEKs the KEK rotation re-wraps
 	// data keys with; called at each pass. Nil, or no KMS or Credentials:
-	// no rotation (crypt_rotate.go).
+	// no rotation (upkeep's rotation.go).
 	KMSSecrets func() (map[string]string, error)
 	// KEKRotationInterval: how often the rotation pass runs (0: the
-	// default, DefaultKEKRotationInterval).
+	// default, upkeep.DefaultKEKRotationInterval).
 	KEKRotationInterval time.Duration
 	// Fault, for crash tests only, is called at named points between the
 	// Ceph steps of an operation ("CreateSnapshot:claimed").
 	Fault func(point string)
 }
 
-// Upkeep is told about the controller's work off the request path, so an
-// admin can see it: flattens and sweeps running, sweeps done, and what was
-// given back to the pool.
-type Upkeep interface {
-	// BackgroundTasks moves the count of running tasks of a kind
-	// ("flatten", "sweep") by delta.
-	BackgroundTasks(kind string, delta int)
-	// Swept counts one sweep of a pool; err is why it stopped short.
-	Swept(err error)
-	// Reclaimed counts one leftover removed, by what it was.
-	Reclaimed(what string)
-	// Rewrapped counts one data key the KEK rotation re-wrapped to its
-	// KMS's current KEK; err is why it could not, and the volume keeps
-	// its old wrapping until a later pass. kmsID is "unknown" for a record
-	// that is malformed or names a KMS the configuration lacks.
-	Rewrapped(kmsID string, err error)
-	// Fenced counts one fence of a node that still had a volume open
-	// when it was detached; err is why it failed (the volume stays
-	// attached until a retry fences the node).
-	Fenced(err error)
-	// RotationPassed reports a pass of the KEK rotation over every pool:
-	// per configured KMS ID (and "unknown"), how many volumes are left
-	// with a data key wrapped by another KEK than the current one, or
-	// unchecked (0: the old KEKs may go); err is why part of the pass
-	// failed (nil pending: all of it).
-	RotationPassed(pending map[string]int, err error)
-}
-
-// What Upkeep.Reclaimed counts.
-const (
-	reclaimedHidden      = "hidden-image"       // a deleted volume's data, once nothing needed it
-	reclaimedHalfRemoved = "half-removed-image" // a removal cut short, completed
-	reclaimedUnfinished  = "unfinished-image"   // a create no retry came back for
-	reclaimedTmpSnap     = "temporary-snapshot" // a volume clone's, no retry came back for
-	reclaimedClaim       = "snapshot-claim"     // a snapshot name claim no retry came back for
-	reclaimedFence       = "expired-fence"      // a fence record whose blocklist entries Ceph dropped, of a node that never lifted them
-	reclaimedGroup       = "group-snapshot"     // an unfinished group snapshot no retry came back for, rolled back
-)
-
-type nopUpkeep struct{}
-
-func (nopUpkeep) BackgroundTasks(string, int)          {}
-func (nopUpkeep) Swept(error)                          {}
-func (nopUpkeep) Reclaimed(string)                     {}
-func (nopUpkeep) Rewrapped(string, error)              {}
-func (nopUpkeep) Fenced(error)                         {}
-func (nopUpkeep) RotationPassed(map[string]int, error) {}
-
 // Defaults for Options.
 const (
 	DefaultCloneDepthSoft       = 4
 	DefaultCloneDepthHard       = 8
 	DefaultMaxSnapshotsPerImage = 450 // below krbd's 510-snapshot context limit
-	DefaultSweepInterval        = 10 * time.Minute
 )
+
+// keeper is what the handlers ask of the upkeep (upkeep.Keeper): to hear
+// of their work (Touch, After), to start work that runs off the request
+// path, and to reclaim or finish what a request leaves for it.
+type keeper interface {
+	Touch(pool rbd.Pool, image string)
+	After(pool rbd.Pool)
+	Flatten(pool rbd.Pool, image string, parent *rbd.Parent)
+	Sparsify(pool rbd.Pool, image, volumeID, request string)
+	Sparsifying(pool rbd.Pool, image string) bool
+	Reclaim(ctx context.Context, pool rbd.Pool, imageID string) error
+	ReclaimFrom(ctx context.Context, pool rbd.Pool, fam *rbd.Family) error
+	FinishGroup(ctx context.Context, pool rbd.Pool, group string, rec records.GroupRecord) error
+	RollbackGroup(ctx context.Context, pool rbd.Pool, group string) error
+	Close()
+}
 
 // Controller is the CSI Controller service.
 type Controller struct {
 	csi.UnimplementedControllerServer
 
-	backend   rbd.Backend
-	clusters  Clusters
-	cred      *config.Credentials
-	locks     *lock.Keyed
-	opts      Options
-	nodes     Nodes
-	flattener *flattener
-	sweeper   *sweeper
-	// sparsifies run the sparsify requests, keyed by pool and image.
-	sparsifies *background
-	names      records.Names
-	// claims and staticTmps index work the sweeper finds nowhere else.
+	backend  rbd.Backend
+	clusters Clusters
+	cred     *config.Credentials
+	// locks are shared with the upkeep, which skips or queues behind
+	// what a request holds.
+	locks *lock.Keyed
+	opts  Options
+	nodes Nodes
+	up    keeper
+	names records.Names
+	// claims and staticTmps index work the sweep finds nowhere else.
 	claims     records.Claims
 	staticTmps records.WorkIndex
 	groups     records.Groups
-	// rotation re-wraps data keys after a KEK rotation (nil: none).
-	rotation *rotation
 }
 
 // New returns a Controller.
@@ -167,35 +155,31 @@ func New(o Options) *Controller {
 	if o.Fault == nil {
 		o.Fault = func(string) {}
 	}
-	if o.Upkeep == nil {
-		o.Upkeep = nopUpkeep{}
-	}
 	if o.FenceExpiry <= 0 {
 		o.FenceExpiry = DefaultFenceExpiry
 	}
-	c := &Controller{backend: o.Backend, clusters: o.Clusters, cred: o.Credentials, locks: lock.New(), opts: o, nodes: o.Nodes,
-		names: records.NewNames(o.InstanceID, o.VolumeNamePrefixes)}
-	c.flattener = newFlattener(c)
-	c.sparsifies = newBackground()
-	c.claims = records.NewClaims(o.Backend, c.names)
-	c.staticTmps = records.NewStaticTmps(o.Backend, c.names)
-	c.groups = records.NewGroups(o.Backend, c.names)
-	c.sweeper = newSweeper(c, o.SweepInterval)
-	c.sweeper.startPeriodic()
-	c.rotation = newRotation(c)
-	c.rotation.start()
-	return c
+	if o.Upkeep == nil {
+		o.Upkeep = upkeep.NopObserver{}
+	}
+	names := records.NewNames(o.InstanceID, o.VolumeNamePrefixes)
+	locks := lock.New()
+	uo := upkeep.Options{
+		Backend: o.Backend, Locks: locks, Names: names, Clusters: o.Clusters, Credentials: o.Credentials,
+		SweepInterval: o.SweepInterval, Observer: o.Upkeep, Fault: o.Fault,
+		KMS: o.KMS, KMSSecrets: o.KMSSecrets, KEKRotationInterval: o.KEKRotationInterval,
+	}
+	if o.Nodes != nil {
+		uo.Fences = o.Nodes
+	}
+	return &Controller{
+		backend: o.Backend, clusters: o.Clusters, cred: o.Credentials, locks: locks, opts: o, nodes: o.Nodes,
+		up: upkeep.New(uo), names: names,
+		claims: records.NewClaims(o.Backend, names), staticTmps: records.NewStaticTmps(o.Backend, names), groups: records.NewGroups(o.Backend, names),
+	}
 }
 
-// Close stops background work (flattens in flight are abandoned; a later
-// CreateVolume on the same chain starts them again; a sweep cut short is
-// run again after the next delete or periodic pass).
-func (c *Controller) Close() {
-	c.flattener.stop()
-	c.sweeper.stop()
-	c.sparsifies.stop()
-	c.rotation.stop()
-}
+// Close stops the upkeep (see upkeep.Keeper.Close).
+func (c *Controller) Close() { c.up.Close() }
 
 // ControllerGetCapabilities advertises only what works: the list, capacity
 // and get calls need controller credentials, since they carry no secrets.

@@ -17,11 +17,6 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
-// DefaultFenceExpiry is how long a fenced client stays blocklisted unless
-// its node lifts the entry first: Ceph's own default for the entries
-// librbd adds when it breaks a dead client's lock.
-const DefaultFenceExpiry = time.Hour
-
 // fenceSettle bounds the wait for Ceph to list a fenced client on the
 // image no more: its watch goes as soon as the OSD has the map with the
 // entry, which Blocklist waited for, and its lock was broken, so this is
@@ -132,21 +127,4 @@ func (c *Controller) fenceFailed(id, node string, addrs []string, err error) err
 	}
 	return status.Errorf(code, "volume %s stays attached to node %s: the node still has it open (clients %s) and fencing them failed: %v%s",
 		id, node, strings.Join(addrs, ", "), err, hint)
-}
-
-// dropExpiredFences removes the fence records whose blocklist entries Ceph
-// has dropped by itself; the periodic sweep calls it. A node that never
-// came back to unstage the volume leaves such records.
-func (c *Controller) dropExpiredFences(ctx context.Context) {
-	n, err := c.nodes.DropExpiredFences(ctx)
-	if err != nil {
-		klog.ErrorS(err, "dropping expired fence records from the node registry; the next sweep tries again")
-		return
-	}
-	for range n {
-		c.opts.Upkeep.Reclaimed(reclaimedFence)
-	}
-	if n > 0 {
-		klog.V(2).InfoS("dropped expired fence records", "count", n)
-	}
 }

@@ -15,8 +15,24 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
-// A group snapshot's record (records.Groups; groupsnap.go, step 1 and 5),
-// as the group snapshot calls read it and CSI reports it.
+// A group snapshot of one pool, and its record (records.Groups;
+// groupsnap.go, steps 1 and 5) as the group snapshot calls read it and
+// CSI reports it.
+
+// groupSnap is one group snapshot of one pool.
+type groupSnap struct {
+	c    *Controller
+	pool rbd.Pool
+	id   volid.Group
+	hash string // of the request name: names the group, record, members
+}
+
+func (c *Controller) newGroupSnap(pool rbd.Pool, clusterID, group string) *groupSnap {
+	hash, _ := c.names.GroupHash(group)
+	return &groupSnap{c: c, pool: pool, id: volid.Group{ClusterID: clusterID, Pool: pool.Name, Group: group}, hash: hash}
+}
+
+func (g *groupSnap) lockKey() string { return records.GroupLock(g.pool, g.hash) }
 
 // read reads the record; none is a zero record.
 func (g *groupSnap) read(ctx context.Context) (records.GroupRecord, error) {

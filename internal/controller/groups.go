@@ -130,7 +130,7 @@ func (g *GroupController) DeleteVolumeGroupSnapshot(ctx context.Context, req *cs
 		return nil, err
 	}
 	klog.V(2).InfoS("deleted group snapshot", "groupSnapshotID", id)
-	c.sweeper.after(gs.pool)
+	c.up.After(gs.pool)
 	return &csi.DeleteVolumeGroupSnapshotResponse{}, nil
 }
 

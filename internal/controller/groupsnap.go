@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -34,27 +33,12 @@ import (
 //     and its images' membership.
 //
 // A failure before 5 rolls everything back, record first; a crash leaves
-// the RBD group, which the sweeper finds: it completes 6 for a recorded
+// the RBD group, which the upkeep's sweep finds: it completes 6 for a recorded
 // group snapshot and rolls back an unrecorded one older than an interval.
 // Deleting a member snapshot reclaims its hidden image like any other.
 
 // groupSnapName is the one snapshot taken of each temporary RBD group.
 const groupSnapName = "snap"
-
-// groupSnap is one group snapshot of one pool.
-type groupSnap struct {
-	c    *Controller
-	pool rbd.Pool
-	id   volid.Group
-	hash string // of the request name: names the group, record, members
-}
-
-func (c *Controller) newGroupSnap(pool rbd.Pool, clusterID, group string) *groupSnap {
-	hash, _ := c.names.GroupHash(group)
-	return &groupSnap{c: c, pool: pool, id: volid.Group{ClusterID: clusterID, Pool: pool.Name, Group: group}, hash: hash}
-}
-
-func (g *groupSnap) lockKey() string { return records.GroupLock(g.pool, g.hash) }
 
 // create runs the steps, or answers from the record of an earlier attempt.
 func (g *groupSnap) create(ctx context.Context, name string, vols []volid.Volume) (records.GroupRecord, error) {
@@ -206,56 +190,15 @@ func (g *groupSnap) member(ctx context.Context, i int, v volid.Volume, fam rbd.F
 
 // finish runs step 6 for a recorded group snapshot.
 func (g *groupSnap) finish(ctx context.Context, rec records.GroupRecord) error {
-	for i, m := range rec.Members {
-		snap, err := volid.DecodeSnapshot(m.Snapshot)
-		if err != nil {
-			return status.Errorf(codes.Internal, "the record of group snapshot %s names a malformed snapshot %q", g.id, m.Snapshot)
-		}
-		err = g.c.backend.Rename(ctx, g.pool, g.c.names.GroupMember(g.hash, i), g.c.names.Hidden(snap.ImageID))
-		if err != nil && !errors.Is(err, rbd.ErrNotFound) {
-			return cephStatus(err)
-		}
-	}
-	g.c.opts.Fault("CreateVolumeGroupSnapshot:hidden")
-	if err := g.c.backend.RemoveGroup(ctx, g.pool, g.id.Group); err != nil {
+	if err := g.c.up.FinishGroup(ctx, g.pool, g.id.Group, rec); err != nil {
 		return cephStatus(err)
 	}
 	return nil
 }
 
-// rollback undoes an unrecorded group snapshot: the record first (the
-// group outlives it, for the sweeper to find), then the member images,
-// then the group with its snapshot.
+// rollback undoes an unrecorded group snapshot (upkeep.RollbackGroup).
 func (g *groupSnap) rollback(ctx context.Context) error {
-	b := g.c.backend
-	if err := g.c.groups.Remove(ctx, g.pool, g.hash); err != nil {
-		return err
-	}
-	names, err := b.ListImages(ctx, g.pool)
-	if err != nil && !errors.Is(err, rbd.ErrPoolNotFound) {
-		return err
-	}
-	for _, n := range names {
-		if !g.c.names.IsGroupMember(g.hash, n) {
-			continue
-		}
-		fam, err := b.StatFamily(ctx, g.pool, n, "")
-		if errors.Is(err, rbd.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		for _, s := range fam.Snaps {
-			if err := b.RemoveSnapshot(ctx, g.pool, fam.ID, s.Name); err != nil && !errors.Is(err, rbd.ErrNotFound) {
-				return err
-			}
-		}
-		if err := g.c.removeImage(ctx, g.pool, fam); err != nil && !errors.Is(err, rbd.ErrNotFound) {
-			return err
-		}
-	}
-	return b.RemoveGroup(ctx, g.pool, g.id.Group)
+	return g.c.up.RollbackGroup(ctx, g.pool, g.id.Group)
 }
 
 // delete removes a group snapshot: its members (which reclaims their
@@ -288,56 +231,6 @@ func (g *groupSnap) delete(ctx context.Context, snapshotIDs []string) error {
 	}
 	if err := g.c.groups.Remove(ctx, g.pool, g.hash); err != nil && !errors.Is(err, rbd.ErrPoolNotFound) {
 		return cephStatus(err)
-	}
-	return nil
-}
-
-// sweepGroups completes or rolls back the group snapshots whose RBD group
-// a crash left behind.
-func (s *sweeper) sweepGroups(ctx context.Context, pool rbd.Pool) error {
-	if s.c.backend.GroupSnapshots() != nil {
-		return nil
-	}
-	groups, err := s.c.backend.ListGroups(ctx, pool)
-	if errors.Is(err, rbd.ErrPoolNotFound) || errors.Is(err, rbd.ErrPermission) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	for _, group := range groups {
-		if !s.c.names.IsGroup(group) {
-			continue
-		}
-		if err := s.sweepGroup(ctx, pool, group); err != nil {
-			klog.ErrorS(err, "sweeping a group snapshot's RBD group", "pool", pool.Name, "group", group)
-		}
-	}
-	return nil
-}
-
-func (s *sweeper) sweepGroup(ctx context.Context, pool rbd.Pool, group string) error {
-	g := s.c.newGroupSnap(pool, "", group)
-	release, ok := s.c.locks.TryLock(g.lockKey())
-	if !ok {
-		return nil // its request is running
-	}
-	defer release()
-	rec, err := g.read(ctx)
-	switch {
-	case err != nil:
-		return err
-	case rec.Complete():
-		if err := g.finish(ctx, rec); err != nil {
-			return err
-		}
-		klog.InfoS("completed a group snapshot that no retry came back for", "pool", pool.Name, "group", group)
-	case !rec.Exists || s.settled(rec.Started):
-		if err := g.rollback(ctx); err != nil {
-			return fmt.Errorf("rolling back: %w", err)
-		}
-		klog.InfoS("rolled back a group snapshot that no retry came back for", "pool", pool.Name, "group", group)
-		s.c.opts.Upkeep.Reclaimed(reclaimedGroup)
 	}
 	return nil
 }

@@ -11,21 +11,8 @@ import (
 
 	"github.com/rbdcsi/rbdcsi/internal/attach"
 	"github.com/rbdcsi/rbdcsi/internal/config"
-	"github.com/rbdcsi/rbdcsi/internal/nodereg"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
-
-// Nodes tells which nodes exist, indexes what is attached to each and
-// records the fences of nodes that still had a volume open when it was
-// detached from them (internal/nodereg implements it).
-type Nodes interface {
-	Lookup(ctx context.Context, nodeID string) (nodereg.Node, bool, error)
-	Attachments(ctx context.Context, nodeID string) ([]string, error)
-	AddAttachment(ctx context.Context, nodeID, volumeID string) error
-	RemoveAttachment(ctx context.Context, nodeID, volumeID string) error
-	AddFence(ctx context.Context, nodeID, volumeID string, f nodereg.Fence) error
-	DropExpiredFences(ctx context.Context) (int, error)
-}
 
 // ControllerPublishVolume records the attachment of a volume to a node.
 func (c *Controller) ControllerPublishVolume(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"errors"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -11,20 +10,14 @@ import (
 
 	"github.com/rbdcsi/rbdcsi/internal/attach"
 	"github.com/rbdcsi/rbdcsi/internal/controller/records"
+	"github.com/rbdcsi/rbdcsi/internal/controller/upkeep"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
-// maxChain bounds how far reclaim walks up a clone chain; chains are kept
-// far shorter by flattening.
-const maxChain = 64
-
-// removeTimeout bounds one image removal: without the object-map feature
-// librbd tries every object of the image, minutes for many TiB.
-const removeTimeout = 30 * time.Minute
-
 // removeVolume deletes a volume image, or hides it while snapshots or
-// clones still need its data, then reclaims ancestors nobody needs now.
+// clones still need its data, then reclaims ancestors nobody needs now
+// (upkeep.Reclaim).
 // It owns release (the volume's lock) and calls it exactly once: when the
 // removal itself is done, which may be after the request has given up.
 func (c *Controller) removeVolume(ctx context.Context, pool rbd.Pool, vol volid.Volume, release func()) error {
@@ -61,7 +54,7 @@ func (c *Controller) removeVolume(ctx context.Context, pool rbd.Pool, vol volid.
 	done := make(chan error, 1)
 	go func() {
 		defer release()
-		rctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
+		rctx, cancel := context.WithTimeout(context.Background(), upkeep.RemoveTimeout)
 		defer cancel()
 		done <- c.finishRemoval(rctx, pool, vol, fam)
 	}()
@@ -100,7 +93,9 @@ func (c *Controller) finishRemoval(ctx context.Context, pool rbd.Pool, vol volid
 	}
 	if fam.Parent != nil {
 		c.opts.Fault("DeleteVolume:removed")
-		return c.reclaim(ctx, parentPool(pool, fam.Parent), fam.Parent.ImageID)
+		if err := c.up.Reclaim(ctx, pool.WithName(fam.Parent.Pool), fam.Parent.ImageID); err != nil {
+			return cephStatus(err)
+		}
 	}
 	return nil
 }
@@ -114,89 +109,4 @@ func (c *Controller) hide(ctx context.Context, pool rbd.Pool, vol volid.Volume, 
 	}
 	klog.V(2).InfoS("deleted volume; its data stays for its snapshots", "volumeID", vol.String(), "image", c.names.Hidden(fam.ID))
 	return nil
-}
-
-// reclaim removes a hidden image once nothing depends on it any more, and
-// walks on to its parent, which may have been waiting for it.
-func (c *Controller) reclaim(ctx context.Context, pool rbd.Pool, imageID string) error {
-	fam, err := c.familyByID(ctx, pool, imageID)
-	if err != nil || fam == nil {
-		return err
-	}
-	return c.reclaimFrom(ctx, pool, fam)
-}
-
-// familyByID reads an image's family; nil if the image or pool is gone.
-func (c *Controller) familyByID(ctx context.Context, pool rbd.Pool, imageID string) (*rbd.Family, error) {
-	fam, err := c.backend.StatFamily(ctx, pool, "", imageID)
-	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, cephStatus(err)
-	}
-	return &fam, nil
-}
-
-// reclaimFrom is reclaim of an image whose family the caller has read.
-func (c *Controller) reclaimFrom(ctx context.Context, pool rbd.Pool, fam *rbd.Family) error {
-	for i := 0; i < maxChain; i++ {
-		if _, hidden := c.names.HiddenID(fam.Name); !hidden || len(fam.Snaps) > 0 || fam.TrashedSnaps > 0 || fam.Watchers > 0 {
-			return nil
-		}
-		err := c.removeImage(ctx, pool, *fam)
-		if errors.Is(err, rbd.ErrHasSnapshots) || errors.Is(err, rbd.ErrBusy) {
-			return nil // a dependent appeared meanwhile; its removal reclaims
-		}
-		if err != nil && !errors.Is(err, rbd.ErrNotFound) {
-			return cephStatus(err)
-		}
-		klog.V(2).InfoS("reclaimed the data of a deleted volume", "pool", pool.Name, "image", fam.Name)
-		c.opts.Upkeep.Reclaimed(reclaimedHidden)
-		if fam.Parent == nil {
-			return nil
-		}
-		pool = parentPool(pool, fam.Parent)
-		if fam, err = c.familyByID(ctx, pool, fam.Parent.ImageID); err != nil || fam == nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// removeImage removes an image nobody uses any more (hidden, unfinished),
-// queued behind other detaches from its parent (see finishRemoval). The
-// removal is not bounded by the request: an interrupted one would leave an
-// image without a header (the sweeper completes those).
-func (c *Controller) removeImage(ctx context.Context, pool rbd.Pool, fam rbd.Family) error {
-	if fam.Parent != nil {
-		release, err := c.waitLock(ctx, records.ParentLock(fam.Parent.Pool, fam.Parent.ImageID))
-		if err != nil {
-			return err
-		}
-		defer release()
-	}
-	rctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
-	defer cancel()
-	return c.backend.RemoveImage(rctx, pool, fam.Name)
-}
-
-func parentPool(child rbd.Pool, p *rbd.Parent) rbd.Pool {
-	child.Name = p.Pool
-	return child
-}
-
-// waitLock takes a key of the controller's try-locks, polling until it is
-// free or ctx ends: for work that must queue rather than be refused.
-func (c *Controller) waitLock(ctx context.Context, key string) (func(), error) {
-	for {
-		if release, ok := c.locks.TryLock(key); ok {
-			return release, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, status.Errorf(codes.DeadlineExceeded, "waiting for %s: %v", key, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"errors"
-	"sort"
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -19,93 +18,110 @@ import (
 )
 
 // CreateSnapshot takes an RBD snapshot of the source volume: copy-on-write,
-// ready at once. The name is claimed for its source first, so the same
-// name for another source is refused even across restarts.
+// ready at once. It checks the request, finds the source's pool, and under
+// the name's and the source's locks claims the name for its source, so
+// the same name for another source is refused even across restarts, and
+// takes the snapshot.
 func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
+	a, err := checkSnapshot(req)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := c.pool(a.vol.ClusterID, a.vol.Pool, req.GetSecrets(), false)
+	if err != nil {
+		return nil, err
+	}
+	release, ok := c.locks.TryLock(records.SnapshotNameLock(a.name), "vol/"+a.srcID)
+	if !ok {
+		return nil, pending("snapshot " + a.name)
+	}
+	defer release()
+	snap, info, err := c.takeSnapshot(ctx, pool, a)
+	if err != nil {
+		return nil, err
+	}
+	return &csi.CreateSnapshotResponse{Snapshot: snapshotOf(snap, a.srcID, info)}, nil
+}
+
+// snapshotArgs is a CreateSnapshot request, checked.
+type snapshotArgs struct {
+	name, srcID string
+	vol         volid.Volume // the source: ours or a static volume's image (static.go)
+	owner       config.SnapshotOwner
+}
+
+// checkSnapshot checks what a CreateSnapshot asks for, before any Ceph call.
+func checkSnapshot(req *csi.CreateSnapshotRequest) (snapshotArgs, error) {
 	name, srcID := req.GetName(), req.GetSourceVolumeId()
 	if name == "" {
-		return nil, status.Error(codes.InvalidArgument, "snapshot name is missing")
+		return snapshotArgs{}, status.Error(codes.InvalidArgument, "snapshot name is missing")
 	}
 	if len(name) > maxNameLen {
-		return nil, status.Errorf(codes.InvalidArgument, "snapshot name is longer than %d bytes", maxNameLen)
+		return snapshotArgs{}, status.Errorf(codes.InvalidArgument, "snapshot name is longer than %d bytes", maxNameLen)
 	}
 	if srcID == "" {
-		return nil, status.Error(codes.InvalidArgument, "source volume ID is missing")
+		return snapshotArgs{}, status.Error(codes.InvalidArgument, "source volume ID is missing")
 	}
 	for k := range req.GetParameters() {
 		if !strings.HasPrefix(k, config.ReservedPrefix) {
-			return nil, status.Errorf(codes.InvalidArgument, "unknown snapshot parameter %.60q", k)
+			return snapshotArgs{}, status.Errorf(codes.InvalidArgument, "unknown snapshot parameter %.60q", k)
 		}
 	}
 	owner, err := config.ParseSnapshotOwner(req.GetParameters())
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return snapshotArgs{}, status.Error(codes.InvalidArgument, err.Error())
 	}
-	// Our volumes and static volumes' images alike (static.go).
 	vol, err := volid.DecodeVolume(srcID)
 	if err != nil {
-		return nil, status.Errorf(codes.NotFound, "source volume %.130q does not exist", srcID)
+		return snapshotArgs{}, status.Errorf(codes.NotFound, "source volume %.130q does not exist", srcID)
 	}
-	pool, err := c.pool(vol.ClusterID, vol.Pool, req.GetSecrets(), false)
-	if err != nil {
-		return nil, err
-	}
-	release, ok := c.locks.TryLock(records.SnapshotNameLock(name), "vol/"+srcID)
-	if !ok {
-		return nil, pending("snapshot " + name)
-	}
-	defer release()
+	return snapshotArgs{name: name, srcID: srcID, vol: vol, owner: owner}, nil
+}
 
-	fam, err := c.family(ctx, pool, vol)
+// takeSnapshot claims the name and takes the snapshot, or finds the one an
+// earlier attempt took; the caller holds the name's and the source's locks.
+func (c *Controller) takeSnapshot(ctx context.Context, pool rbd.Pool, a snapshotArgs) (volid.Snapshot, rbd.SnapInfo, error) {
+	fam, err := c.family(ctx, pool, a.vol)
 	if err != nil {
-		return nil, err
+		return volid.Snapshot{}, rbd.SnapInfo{}, err
 	}
-	snap := volid.Snapshot{ClusterID: vol.ClusterID, Pool: vol.Pool, ImageID: fam.ID, Snap: c.names.Snap(name)}
+	snap := volid.Snapshot{ClusterID: a.vol.ClusterID, Pool: a.vol.Pool, ImageID: fam.ID, Snap: c.names.Snap(a.name)}
 	if err := snap.Validate(); err != nil {
-		return nil, status.Errorf(codes.Internal, "snapshot ID: %v", err)
+		return snap, rbd.SnapInfo{}, status.Errorf(codes.Internal, "snapshot ID: %v", err)
 	}
-	if err := c.indexClaim(ctx, pool, snap.Snap, fam.ID, name); err != nil {
-		return nil, err
-	}
-	holder, err := c.backend.Claim(ctx, pool, records.ClaimObject(snap.Snap), fam.ID)
-	if err != nil {
-		return nil, cephStatus(err)
-	}
-	if holder != fam.ID {
-		c.settleClaim(ctx, pool, snap.Snap)
-		return nil, status.Errorf(codes.AlreadyExists, "snapshot name %q is already used for another source volume", name)
+	if err := c.claimSnapshot(ctx, pool, snap.Snap, fam.ID, a.name); err != nil {
+		return snap, rbd.SnapInfo{}, err
 	}
 	c.opts.Fault("CreateSnapshot:claimed")
 	if s, ok := findSnap(fam.Snaps, snap.Snap); ok {
-		if err := c.nameSnapshot(ctx, pool, fam, snap.Snap, owner); err != nil {
-			return nil, err
+		if err := c.nameSnapshot(ctx, pool, fam, snap.Snap, a.owner); err != nil {
+			return snap, s, err
 		}
 		c.settleClaim(ctx, pool, snap.Snap)
-		return &csi.CreateSnapshotResponse{Snapshot: snapshotOf(snap, srcID, s)}, nil
+		return snap, s, nil
 	}
 	if len(fam.Snaps) >= c.opts.MaxSnapshotsPerImage {
 		if c.backend.Unclaim(ctx, pool, records.ClaimObject(snap.Snap)) == nil {
 			c.settleClaim(ctx, pool, snap.Snap)
 		}
-		return nil, status.Errorf(codes.ResourceExhausted, "volume %s has %d snapshots, the most this driver allows (--max-snapshots-per-image)", srcID, len(fam.Snaps))
+		return snap, rbd.SnapInfo{}, status.Errorf(codes.ResourceExhausted, "volume %s has %d snapshots, the most this driver allows (--max-snapshots-per-image)", a.srcID, len(fam.Snaps))
 	}
-	if err := c.backend.CreateSnapshot(ctx, pool, vol.Image, snap.Snap); err != nil && !errors.Is(err, rbd.ErrExists) {
-		return nil, c.writeStatus(pool, err)
+	if err := c.backend.CreateSnapshot(ctx, pool, a.vol.Image, snap.Snap); err != nil && !errors.Is(err, rbd.ErrExists) {
+		return snap, rbd.SnapInfo{}, c.writeStatus(pool, err)
 	}
-	fam, err = c.family(ctx, pool, vol)
-	if err != nil {
-		return nil, err
+	if fam, err = c.family(ctx, pool, a.vol); err != nil {
+		return snap, rbd.SnapInfo{}, err
 	}
 	s, ok := findSnap(fam.Snaps, snap.Snap)
 	if !ok {
-		return nil, status.Errorf(codes.Aborted, "snapshot %s vanished while it was being created; retry", name)
+		return snap, s, status.Errorf(codes.Aborted, "snapshot %s vanished while it was being created; retry", a.name)
 	}
-	if err := c.nameSnapshot(ctx, pool, fam, snap.Snap, owner); err != nil {
-		return nil, err
+	if err := c.nameSnapshot(ctx, pool, fam, snap.Snap, a.owner); err != nil {
+		return snap, s, err
 	}
 	c.settleClaim(ctx, pool, snap.Snap)
-	klog.V(2).InfoS("created snapshot", "name", name, "snapshotID", snap.String(), "source", srcID)
-	return &csi.CreateSnapshotResponse{Snapshot: snapshotOf(snap, srcID, s)}, nil
+	klog.V(2).InfoS("created snapshot", "name", a.name, "snapshotID", snap.String(), "source", a.srcID)
+	return snap, s, nil
 }
 
 // DeleteSnapshot removes the RBD snapshot. Clones made from it keep
@@ -133,7 +149,7 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	klog.V(2).InfoS("deleted snapshot", "snapshotID", id)
 	// Only now, with the locks released: the sweep skips what a request
 	// holds, and this one held the image it may have left to reclaim.
-	c.sweeper.after(pool)
+	c.up.After(pool)
 	return &csi.DeleteSnapshotResponse{}, nil
 }
 
@@ -167,163 +183,10 @@ func (c *Controller) deleteSnapshot(ctx context.Context, pool rbd.Pool, id strin
 	if err != nil || fam == nil {
 		return err // or the image is gone
 	}
-	return c.reclaimFrom(ctx, pool, fam)
-}
-
-// GetSnapshot reports one snapshot.
-func (c *Controller) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
-	id := req.GetSnapshotId()
-	if id == "" {
-		return nil, status.Error(codes.InvalidArgument, "snapshot ID is missing")
+	if err := c.up.ReclaimFrom(ctx, pool, fam); err != nil {
+		return cephStatus(err)
 	}
-	entries, err := c.snapshotByID(ctx, id, req.GetSecrets())
-	if err != nil {
-		return nil, err
-	}
-	if len(entries) == 0 {
-		return nil, status.Errorf(codes.NotFound, "snapshot %.130q does not exist", id)
-	}
-	return &csi.GetSnapshotResponse{Snapshot: entries[0].Snapshot}, nil
-}
-
-// ListSnapshots pages through snapshots in snapshot ID order, filtered by
-// snapshot ID or source volume ID; the token is the last ID returned.
-func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
-	if req.GetMaxEntries() < 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "max_entries must not be negative, got %d", req.GetMaxEntries())
-	}
-	after := req.GetStartingToken()
-	if after != "" {
-		if _, err := volid.DecodeSnapshot(after); err != nil {
-			return nil, status.Errorf(codes.Aborted, "starting token %.130q was not returned by this driver; start the listing again", after)
-		}
-	}
-	var entries []*csi.ListSnapshotsResponse_Entry
-	var err error
-	switch {
-	case req.GetSnapshotId() != "":
-		entries, err = c.snapshotByID(ctx, req.GetSnapshotId(), req.GetSecrets())
-	case req.GetSourceVolumeId() != "":
-		entries, err = c.snapshotsOfVolume(ctx, req.GetSourceVolumeId(), req.GetSecrets())
-	default:
-		entries, err = c.allSnapshots(ctx, req.GetSecrets())
-	}
-	if err != nil {
-		return nil, err
-	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].Snapshot.SnapshotId < entries[j].Snapshot.SnapshotId })
-	start := sort.Search(len(entries), func(i int) bool { return entries[i].Snapshot.SnapshotId > after })
-	resp := &csi.ListSnapshotsResponse{Entries: entries[start:]}
-	if n := int(req.GetMaxEntries()); n > 0 && len(resp.Entries) > n {
-		resp.Entries = resp.Entries[:n]
-		resp.NextToken = resp.Entries[n-1].Snapshot.SnapshotId
-	}
-	return resp, nil
-}
-
-func (c *Controller) snapshotByID(ctx context.Context, id string, secrets map[string]string) ([]*csi.ListSnapshotsResponse_Entry, error) {
-	snap, err := volid.DecodeSnapshot(id)
-	if err != nil {
-		return nil, nil
-	}
-	pool, err := c.pool(snap.ClusterID, snap.Pool, secrets, true)
-	if err != nil {
-		return nil, err
-	}
-	fam, err := c.backend.StatFamily(ctx, pool, "", snap.ImageID)
-	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, cephStatus(err)
-	}
-	return c.snapshotEntries(snap.ClusterID, snap.Pool, fam, snap.Snap), nil
-}
-
-func (c *Controller) snapshotsOfVolume(ctx context.Context, id string, secrets map[string]string) ([]*csi.ListSnapshotsResponse_Entry, error) {
-	vol, err := volid.DecodeVolume(id)
-	if err != nil {
-		return nil, nil
-	}
-	pool, err := c.pool(vol.ClusterID, vol.Pool, secrets, true)
-	if err != nil {
-		return nil, err
-	}
-	fam, err := c.family(ctx, pool, vol)
-	if status.Code(err) == codes.NotFound {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return c.snapshotEntries(vol.ClusterID, vol.Pool, fam, ""), nil
-}
-
-// allSnapshots walks every volume image, live or kept for its snapshots,
-// in every pool the credentials can read.
-func (c *Controller) allSnapshots(ctx context.Context, secrets map[string]string) ([]*csi.ListSnapshotsResponse_Entry, error) {
-	var out []*csi.ListSnapshotsResponse_Entry
-	for _, cluster := range c.clusters.All() {
-		base, err := c.pool(cluster.ClusterID, "", secrets, true)
-		if err != nil {
-			return nil, err
-		}
-		pools, err := c.backend.ListPools(ctx, base.MonHost, base.Cred)
-		if err != nil {
-			return nil, cephStatus(err)
-		}
-		for _, poolName := range pools {
-			if volid.ValidPool(poolName) != nil {
-				continue
-			}
-			pool := base
-			pool.Name = poolName
-			names, err := c.backend.ListImages(ctx, pool)
-			if errors.Is(err, rbd.ErrPermission) || errors.Is(err, rbd.ErrPoolNotFound) {
-				continue
-			}
-			if err != nil {
-				return nil, cephStatus(err)
-			}
-			for _, n := range names {
-				if _, hidden := c.names.HiddenID(n); !hidden && !c.names.IsVolumeImage(n) {
-					continue
-				}
-				fam, err := c.backend.StatFamily(ctx, pool, n, "")
-				if errors.Is(err, rbd.ErrNotFound) {
-					continue
-				}
-				if err != nil {
-					return nil, cephStatus(err)
-				}
-				out = append(out, c.snapshotEntries(cluster.ClusterID, poolName, fam, "")...)
-			}
-		}
-	}
-	return out, nil
-}
-
-// snapshotEntries lists the CSI snapshots of an image (only the one named
-// only, if set).
-func (c *Controller) snapshotEntries(clusterID, pool string, fam rbd.Family, only string) []*csi.ListSnapshotsResponse_Entry {
-	v := c.names.Volume(fam.Name, fam.Metadata)
-	if v.Name == "" {
-		return nil
-	}
-	srcID := volid.Volume{ClusterID: clusterID, Pool: pool, Image: c.names.OriginalImage(v)}.String()
-	var out []*csi.ListSnapshotsResponse_Entry
-	for _, s := range fam.Snaps {
-		if !records.IsSnap(s.Name) || (only != "" && s.Name != only) {
-			continue
-		}
-		id := volid.Snapshot{ClusterID: clusterID, Pool: pool, ImageID: fam.ID, Snap: s.Name}
-		snap := snapshotOf(id, srcID, s)
-		if _, member := records.GroupOfSnap(s.Name); member {
-			snap.GroupSnapshotId = v.GroupSnapshot
-		}
-		out = append(out, &csi.ListSnapshotsResponse_Entry{Snapshot: snap})
-	}
-	return out
+	return nil
 }
 
 func snapshotOf(id volid.Snapshot, srcID string, s rbd.SnapInfo) *csi.Snapshot {
@@ -334,26 +197,4 @@ func snapshotOf(id volid.Snapshot, srcID string, s rbd.SnapInfo) *csi.Snapshot {
 		CreationTime:   timestamppb.New(s.Created),
 		ReadyToUse:     true,
 	}
-}
-
-func findSnap(snaps []rbd.SnapInfo, name string) (rbd.SnapInfo, bool) {
-	for _, s := range snaps {
-		if s.Name == name {
-			return s, true
-		}
-	}
-	return rbd.SnapInfo{}, false
-}
-
-// family returns a live volume image with its relations, or NotFound: one
-// named like ours must be finished, a static volume's need only exist.
-func (c *Controller) family(ctx context.Context, pool rbd.Pool, vol volid.Volume) (rbd.Family, error) {
-	fam, err := c.backend.StatFamily(ctx, pool, vol.Image, "")
-	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && c.names.Volume(vol.Image, fam.Metadata).State == records.Unfinished) {
-		return rbd.Family{}, status.Errorf(codes.NotFound, "volume %s does not exist", vol)
-	}
-	if err != nil {
-		return rbd.Family{}, cephStatus(err)
-	}
-	return fam, nil
 }

@@ -65,7 +65,7 @@ func (c *Controller) createFromSource(ctx context.Context, pool rbd.Pool, image,
 	// The clone inherits the parent's metadata, its key record included;
 	// that goes with the rest of rbdcsi.*, and src.key, the child's own
 	// record, takes its place (set before the marker, as any other key).
-	meta := newVolume(name, params, size)
+	meta := records.NewVolumeOf(name, params, size)
 	meta.Source, meta.Depth, meta.Key = srcID, depth, src.key
 	spec := rbd.CloneSpec{ParentImage: src.image, ParentSnap: src.snap, DropMetadataPrefixes: records.CloneDrops(), ImageSpec: rbd.ImageSpec{
 		Size: size, Features: params.ImageFeatures, DataPool: params.DataPool,
@@ -104,10 +104,10 @@ func (c *Controller) adoptClone(ctx context.Context, pool rbd.Pool, image, name,
 	}
 	if vol, err := volid.DecodeVolume(srcID); err == nil {
 		// The temporary snapshot of a volume clone may outlive a crash.
-		c.dropTmpSnap(ctx, parentPool(pool, &rbd.Parent{Pool: vol.Pool}), vol.Image, c.names.TmpSnap(name))
+		c.dropTmpSnap(ctx, pool.WithName(vol.Pool), vol.Image, c.names.TmpSnap(name))
 	}
 	if fam.Parent != nil && v.Depth > c.opts.CloneDepthSoft {
-		c.flattener.start(pool, image, fam.Parent)
+		c.up.Flatten(pool, image, fam.Parent)
 		if v.Depth > c.opts.CloneDepthHard {
 			return 0, status.Errorf(codes.Aborted, "volume %s is %d clones deep and is being flattened; retry", name, v.Depth)
 		}
@@ -142,7 +142,7 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, params co
 		if snap.ClusterID != clusterID {
 			return source{}, status.Errorf(codes.InvalidArgument, "snapshot %s is in cluster %s, not in the StorageClass's cluster %s", s.GetSnapshotId(), snap.ClusterID, clusterID)
 		}
-		ppool := parentPool(pool, &rbd.Parent{Pool: snap.Pool})
+		ppool := pool.WithName(snap.Pool)
 		fam, err := c.backend.StatFamily(ctx, ppool, "", snap.ImageID)
 		if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) {
 			return source{}, status.Errorf(codes.NotFound, "snapshot %s does not exist", s.GetSnapshotId())
@@ -174,13 +174,13 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, params co
 	if vol.ClusterID != clusterID {
 		return source{}, status.Errorf(codes.InvalidArgument, "volume %s is in cluster %s, not in the StorageClass's cluster %s", v.GetVolumeId(), vol.ClusterID, clusterID)
 	}
-	ppool := parentPool(pool, &rbd.Parent{Pool: vol.Pool})
+	ppool := pool.WithName(vol.Pool)
 	release, ok := c.locks.TryLock("vol/"+v.GetVolumeId(), records.ImageLock(ppool, vol.Image))
 	if !ok {
 		return source{}, pending("volume " + v.GetVolumeId())
 	}
 	defer release()
-	c.sweeper.touch(ppool, vol.Image)
+	c.up.Touch(ppool, vol.Image)
 	fam, err := c.family(ctx, ppool, vol)
 	if err != nil {
 		return source{}, err

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"google.golang.org/grpc/codes"
@@ -70,7 +69,7 @@ func (c *Controller) indexStaticTmp(ctx context.Context, pool rbd.Pool, image st
 // unindexStaticTmp drops a static image's index entry once it has no
 // temporary snapshot left. It needs the image's key, which a clone holds
 // while it indexes and takes its snapshot; when that is busy, or anything
-// fails, the entry is left for the sweeper.
+// fails, the entry is left for the sweep.
 func (c *Controller) unindexStaticTmp(ctx context.Context, pool rbd.Pool, image string) {
 	release, ok := c.locks.TryLock(records.ImageLock(pool, image))
 	if !ok {
@@ -89,45 +88,4 @@ func (c *Controller) unindexStaticTmp(ctx context.Context, pool rbd.Pool, image 
 	if err := c.staticTmps.Drop(ctx, pool, image); err != nil {
 		klog.ErrorS(err, "unindexing a static image's temporary snapshot; the sweep does it later", "pool", pool.Name, "image", image)
 	}
-}
-
-// sweepStaticTmp drops the settled temporary snapshots of the indexed
-// static images, and the entries of images left with none.
-func (s *sweeper) sweepStaticTmp(ctx context.Context, pool rbd.Pool) error {
-	entries, err := s.c.staticTmps.List(ctx, pool)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if !e.At.IsZero() && !s.settled(e.At) {
-			continue
-		}
-		if err := s.sweepStaticImage(ctx, pool, e.Key); err != nil {
-			klog.ErrorS(err, "sweeping the temporary snapshots of a static image", "pool", pool.Name, "image", e.Key)
-		}
-	}
-	return nil
-}
-
-func (s *sweeper) sweepStaticImage(ctx context.Context, pool rbd.Pool, image string) error {
-	release, ok := s.c.locks.TryLock(records.ImageLock(pool, image))
-	if !ok {
-		return nil // a clone from it is running
-	}
-	defer release()
-	fam, err := s.c.backend.StatFamily(ctx, pool, image, "")
-	if err == nil {
-		releaseParent, ok := s.c.locks.TryLock(records.ParentLock(pool.Name, fam.ID))
-		if !ok {
-			return nil
-		}
-		defer releaseParent()
-		left, err := s.dropSettledTmp(ctx, pool, fam)
-		if err != nil || left {
-			return err
-		}
-	} else if !errors.Is(err, rbd.ErrNotFound) {
-		return err
-	}
-	return s.c.staticTmps.Drop(ctx, pool, image)
 }

@@ -24,13 +24,13 @@ type placement struct {
 	accessible []*csi.Topology
 }
 
-// place picks the pool of a new volume of a class with
+// placeByTopology picks the pool of a new volume of a class with
 // topologyConstrainedPools (nil for other classes): a restore or clone
 // stays in its source's pool; any other volume goes to the first pool
 // serving one of the preferred topologies, then of the requisite ones.
 // image is the volume's image name: a volume an earlier attempt already
 // made in one of the pools stays there, whatever this request's order.
-func (c *Controller) place(ctx context.Context, params config.Params, req *csi.CreateVolumeRequest, image string) (*placement, error) {
+func (c *Controller) placeByTopology(ctx context.Context, params config.Params, req *csi.CreateVolumeRequest, image string) (*placement, error) {
 	if params.TopologyPools == nil {
 		return nil, nil
 	}

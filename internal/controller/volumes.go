@@ -12,109 +12,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rbdcsi/rbdcsi/internal/config"
-	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
-
-// CreateVolume creates an image named after the request, or returns the
-// one an earlier attempt with the same name made.
-func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
-	name := req.GetName()
-	if name == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume name is missing")
-	}
-	if len(name) > maxNameLen {
-		return nil, status.Errorf(codes.InvalidArgument, "volume name is longer than %d bytes", maxNameLen)
-	}
-	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	params, err := config.ParseParams(req.GetParameters())
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	if err := c.checkEncryption(params.Encryption, req.GetVolumeCapabilities()); err != nil {
-		return nil, err
-	}
-	if params.ImageFeatures, err = params.VolumeFeatures(multiWriter(req.GetVolumeCapabilities()...)); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	// Mutable parameters (a VolumeAttributesClass) win over parameters.
-	// A new volume has nothing to sparsify: the request is ignored.
-	mutable, _, err := mutableParams(req.GetMutableParameters())
-	if err != nil {
-		return nil, err
-	}
-	if params.QoS, err = params.QoS.Merge(mutable); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	if isBlock(req.GetVolumeCapabilities()...) && params.FsType != "" {
-		params.FsType = "" // a raw block volume has no filesystem
-	}
-	size, invalid, outOfRange := sizeFor(req.GetCapacityRange())
-	if invalid != nil {
-		return nil, status.Error(codes.InvalidArgument, invalid.Error())
-	}
-	if outOfRange != nil {
-		return nil, status.Error(codes.OutOfRange, outOfRange.Error())
-	}
-	prefix, err := c.namePrefix(params)
-	if err != nil {
-		return nil, err
-	}
-	image := c.names.Image(prefix, name)
-	where, err := c.place(ctx, params, req, image)
-	if err != nil {
-		return nil, err
-	}
-	var accessible []*csi.Topology
-	if where != nil {
-		params.Pool, accessible = where.pool.PoolName, where.accessible
-		if where.pool.DataPool != "" {
-			params.DataPool = where.pool.DataPool
-		}
-	}
-	pool, err := c.pool(params.ClusterID, params.Pool, req.GetSecrets(), false)
-	if err != nil {
-		return nil, err
-	}
-	vol := volid.Volume{ClusterID: params.ClusterID, Pool: params.Pool, Image: image}
-	release, ok := c.locks.TryLock("name/"+name, records.ImageLock(pool, vol.Image))
-	if !ok {
-		return nil, pending("volume " + name)
-	}
-	defer release()
-	c.sweeper.touch(pool, vol.Image)
-
-	if err := vol.Validate(); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "volume ID: %v", err)
-	}
-	spec := rbd.ImageSpec{
-		Size:     uint64(size),
-		Features: params.ImageFeatures,
-		DataPool: params.DataPool,
-		Metadata: newVolume(name, params, uint64(size)).Metadata(),
-		Marker:   records.VolumeMarker,
-	}
-	var finalSize int64
-	if cs := req.GetVolumeContentSource(); cs != nil {
-		finalSize, err = c.createFromSource(ctx, pool, vol.Image, name, params, req.GetCapacityRange(), cs, req.GetSecrets())
-	} else {
-		finalSize, err = c.createImage(ctx, pool, vol.Image, name, spec, req.GetCapacityRange(), params.Encryption, req.GetSecrets())
-		params.CreatedEmpty = true // the node may format it as all zeros
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
-		VolumeId:           vol.String(),
-		CapacityBytes:      finalSize,
-		VolumeContext:      params.VolumeContext(),
-		ContentSource:      req.GetVolumeContentSource(),
-		AccessibleTopology: accessible,
-	}}, nil
-}
 
 // createImage creates the image or adopts the one an earlier attempt made.
 // An encrypted volume's key record joins spec.Metadata (crypt.go).
@@ -207,11 +107,11 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	if !ok {
 		return nil, pending("volume " + id)
 	}
-	c.sweeper.touch(pool, vol.Image)
+	c.up.Touch(pool, vol.Image)
 	if err := c.removeVolume(ctx, pool, vol, release); err != nil {
 		return nil, err
 	}
-	c.sweeper.after(pool)
+	c.up.After(pool)
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
@@ -265,87 +165,4 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	}
 	klog.V(2).InfoS("expanded volume", "volumeID", id, "from", info.Size, "to", size)
 	return &csi.ControllerExpandVolumeResponse{CapacityBytes: size, NodeExpansionRequired: nodeExpand}, nil
-}
-
-// lockVolume decodes a volume ID (NotFound if it is not one), resolves its
-// pool and takes the volume's try-lock. The ID may name a static volume's
-// image (see static.go).
-func (c *Controller) lockVolume(id string, secrets map[string]string, ownCredsOK bool) (volid.Volume, rbd.Pool, func(), error) {
-	vol, err := volid.DecodeVolume(id)
-	if err != nil {
-		return volid.Volume{}, rbd.Pool{}, nil, status.Errorf(codes.NotFound, "volume %.130q does not exist", id)
-	}
-	pool, err := c.pool(vol.ClusterID, vol.Pool, secrets, ownCredsOK)
-	if err != nil {
-		return volid.Volume{}, rbd.Pool{}, nil, err
-	}
-	release, ok := c.locks.TryLock("vol/" + id)
-	if !ok {
-		return volid.Volume{}, rbd.Pool{}, nil, pending("volume " + id)
-	}
-	return vol, pool, release, nil
-}
-
-// stat returns a volume's image, or NotFound: one named like ours must be
-// finished, a static volume's need only exist.
-func (c *Controller) stat(ctx context.Context, pool rbd.Pool, vol volid.Volume) (rbd.ImageInfo, error) {
-	info, err := c.backend.Stat(ctx, pool, vol.Image)
-	if errors.Is(err, rbd.ErrNotFound) || errors.Is(err, rbd.ErrPoolNotFound) || (err == nil && c.names.Volume(vol.Image, info.Metadata).State == records.Unfinished) {
-		return rbd.ImageInfo{}, status.Errorf(codes.NotFound, "volume %s does not exist", vol)
-	}
-	if err != nil {
-		return rbd.ImageInfo{}, cephStatus(err)
-	}
-	return info, nil
-}
-
-// noPool answers a create whose pool, or RADOS namespace, is missing.
-func noPool(pool rbd.Pool, err error) error {
-	if errors.Is(err, rbd.ErrNamespaceNotFound) {
-		return status.Errorf(codes.InvalidArgument, "%v (check the cluster map's rbd.radosNamespace)", err)
-	}
-	return status.Errorf(codes.InvalidArgument, "pool %q does not exist in the cluster (check the StorageClass parameter %q)", pool.Name, config.ParamPool)
-}
-
-// pool resolves where a volume lives and with which credentials: the
-// request's secrets, else the controller's own (for calls without secrets).
-// Calls that change a volume must bring their own secrets (ownCredsOK false).
-func (c *Controller) pool(clusterID, pool string, secrets map[string]string, ownCredsOK bool) (rbd.Pool, error) {
-	cluster, err := c.clusters.Lookup(clusterID)
-	if err != nil {
-		return rbd.Pool{}, status.Errorf(codes.InvalidArgument, "%v (check the StorageClass parameter %q and the driver's cluster map)", err, config.ParamClusterID)
-	}
-	var cred config.Credentials
-	switch {
-	case len(secrets) > 0:
-		if cred, err = config.CredentialsFromSecrets(secrets); err != nil {
-			return rbd.Pool{}, status.Error(codes.InvalidArgument, err.Error())
-		}
-	case ownCredsOK && c.cred != nil:
-		cred = *c.cred
-	case ownCredsOK:
-		return rbd.Pool{}, status.Errorf(codes.InvalidArgument, "the request carries no secrets %q/%q and the controller has no credentials of its own (--controller-secret-dir)", config.SecretUserID, config.SecretUserKey)
-	default:
-		_, err := config.CredentialsFromSecrets(secrets)
-		return rbd.Pool{}, status.Error(codes.InvalidArgument, err.Error())
-	}
-	return rbd.NewPool(cluster, cred, pool), nil
-}
-
-// newVolume is the record of a new volume of these parameters.
-func newVolume(name string, p config.Params, size uint64) records.NewVolume {
-	return records.NewVolume{Name: name, NamePrefix: p.VolumeNamePrefix, QoS: p.QoS, Size: size, Owner: p.Owner}
-}
-
-// namePrefix is the prefix a new volume of these parameters is named
-// with: the StorageClass's volumeNamePrefix, which must be one the
-// controller was started with, or records.VolumePrefix.
-func (c *Controller) namePrefix(p config.Params) (string, error) {
-	if p.VolumeNamePrefix == "" {
-		return records.VolumePrefix, nil
-	}
-	if !c.names.AllowsPrefix(p.VolumeNamePrefix) {
-		return "", status.Errorf(codes.InvalidArgument, "parameter %s: %q is not a prefix this driver's controller was started with; add it to its --volume-name-prefixes (it then treats every image so named as its own)", config.ParamVolumeNamePrefix, p.VolumeNamePrefix)
-	}
-	return p.VolumeNamePrefix, nil
 }

@@ -97,16 +97,25 @@ type Keys interface {
 // Open returns the keys of KMS id, from the call's secrets for type secret.
 // Errors name the KMS and the keys, never key material.
 func (c Config) Open(id string, secrets map[string]string) (Keys, error) {
-	e, ok := c[id]
-	if !ok {
-		known := slices.Sorted(maps.Keys(c))
-		return nil, fmt.Errorf("%w %.70q (configured: %s)", ErrUnknownKMS, id, strings.Join(known, ", "))
+	if err := c.Known(id); err != nil {
+		return nil, err
 	}
+	e := c[id]
 	prefix := e.KeyPrefix
 	if prefix == "" {
 		prefix = DefaultKeyPrefix
 	}
 	return openSecretKeys(id, prefix, secrets)
+}
+
+// Known is nil when the configuration has KMS id, else an ErrUnknownKMS
+// that names the ones it has: a check that opens nothing.
+func (c Config) Known(id string) error {
+	if _, ok := c[id]; ok {
+		return nil
+	}
+	known := slices.Sorted(maps.Keys(c))
+	return fmt.Errorf("%w %.70q (configured: %s)", ErrUnknownKMS, id, strings.Join(known, ", "))
 }
 
 // secretKeys are KEKs read from a Secret's keys.

@@ -2,7 +2,12 @@
 // and a second caller on a busy key is told so at once instead of waiting.
 package lock
 
-import "sync"
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
 
 // Keyed holds the set of busy keys. The zero value is not usable; use New.
 type Keyed struct {
@@ -37,4 +42,23 @@ func (k *Keyed) TryLock(keys ...string) (release func(), ok bool) {
 			}
 		})
 	}, true
+}
+
+// waitPoll is how often Wait tries a busy key again.
+const waitPoll = 20 * time.Millisecond
+
+// Wait takes the key as TryLock does, polling until it is free or ctx
+// ends: for work that must queue rather than be refused. The error wraps
+// ctx's.
+func (k *Keyed) Wait(ctx context.Context, key string) (release func(), err error) {
+	for {
+		if release, ok := k.TryLock(key); ok {
+			return release, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for %s: %w", key, ctx.Err())
+		case <-time.After(waitPoll):
+		}
+	}
 }

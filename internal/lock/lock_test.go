@@ -1,9 +1,12 @@
 package lock
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestTryLock(t *testing.T) {
@@ -56,4 +59,35 @@ func TestTryLockConcurrent(t *testing.T) {
 	if overlaps.Load() != 0 {
 		t.Fatalf("%d times two holders had one key at once", overlaps.Load())
 	}
+}
+
+// Wait queues behind a holder, and gives up with the context's error.
+func TestWait(t *testing.T) {
+	k := New()
+	release, _ := k.TryLock("key")
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := k.Wait(ctx, "key"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait on a held key past the deadline: %v", err)
+	}
+	got := make(chan func(), 1)
+	go func() {
+		r, err := k.Wait(context.Background(), "key")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- r
+	}()
+	time.Sleep(2 * waitPoll)
+	select {
+	case <-got:
+		t.Fatal("Wait took a held key")
+	default:
+	}
+	release()
+	r := <-got
+	if _, ok := k.TryLock("key"); ok {
+		t.Fatal("the key is free while Wait's caller holds it")
+	}
+	r()
 }

@@ -40,17 +40,17 @@ type Metrics struct {
 	inFlight *prometheus.GaugeVec
 	cephOps  *prometheus.HistogramVec
 
-	// The controller's work off the request path (controller.Upkeep).
+	// The controller's work off the request path (upkeep.Observer).
 	background *prometheus.GaugeVec
 	sweeps     *prometheus.CounterVec
 	reclaimed  *prometheus.CounterVec
 	trims      *prometheus.CounterVec
 	trimmed    prometheus.Counter
-	// The KEK rotation (controller.Upkeep).
+	// The KEK rotation (upkeep.Observer).
 	rewraps         *prometheus.CounterVec
 	rotationPasses  *prometheus.CounterVec
 	rotationPending *prometheus.GaugeVec
-	// Fences: made by the controller (controller.Upkeep), lifted by the
+	// Fences: made by the controller (upkeep.Observer), lifted by the
 	// node (node.LiftObserver).
 	fences *prometheus.CounterVec
 	lifts  *prometheus.CounterVec
@@ -178,7 +178,7 @@ func (m *Metrics) ObserveCephOp(op string, took time.Duration, err error) {
 
 // BackgroundTasks moves the gauge of running background tasks of a kind;
 // with Swept, Reclaimed, Rewrapped and RotationPassed, Metrics is a
-// controller.Upkeep.
+// upkeep.Observer.
 func (m *Metrics) BackgroundTasks(kind string, delta int) {
 	m.background.WithLabelValues(kind).Add(float64(delta))
 }

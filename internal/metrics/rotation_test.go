@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/rbdcsi/rbdcsi/internal/controller"
+	"github.com/rbdcsi/rbdcsi/internal/controller/upkeep"
 	"github.com/rbdcsi/rbdcsi/internal/metrics"
 )
 
@@ -21,7 +21,7 @@ func TestRotationMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var up controller.Upkeep = m
+	var up upkeep.Observer = m
 	up.Rewrapped("tenant-a", nil)
 	up.Rewrapped("tenant-a", nil)
 	up.Rewrapped("tenant-a", errors.New("no KEK old"))

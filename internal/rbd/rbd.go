@@ -31,6 +31,13 @@ func NewPool(cluster config.Cluster, cred config.Credentials, name string) Pool 
 	return Pool{MonHost: cluster.MonHost(), Cred: cred, Name: name, Namespace: cluster.Namespace()}
 }
 
+// WithName is another pool of the same cluster, RADOS namespace and
+// credentials: a clone's parent's, say.
+func (p Pool) WithName(name string) Pool {
+	p.Name = name
+	return p
+}
+
 // ImageSpec is what an image is created with.
 type ImageSpec struct {
 	Size     uint64

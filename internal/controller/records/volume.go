@@ -163,6 +163,12 @@ type NewVolume struct {
 	Key map[string]string
 }
 
+// NewVolumeOf is the record of a new volume of these StorageClass
+// parameters and size (a clone adds its source, depth and key record).
+func NewVolumeOf(name string, p config.Params, size uint64) NewVolume {
+	return NewVolume{Name: name, NamePrefix: p.VolumeNamePrefix, QoS: p.QoS, Size: size, Owner: p.Owner}
+}
+
 // Metadata is the new volume's image metadata: the request name (the
 // marker of a finished image, VolumeMarker: the contract writes it last),
 // its QoS, the owner's names where the provisioner gave them, its source

@@ -1,8 +1,9 @@
-package controller
+package upkeep
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -15,15 +16,27 @@ import (
 // sweepTimeout bounds one pass over a pool.
 const sweepTimeout = time.Hour
 
+// A Step is one feature's part of the sweep of a pool: it finishes or
+// undoes what that feature's crashed or abandoned requests left there, and
+// leaves alone what is younger than one interval (sweeper.settled), which
+// a request may still be working on.
+type Step struct {
+	// What names what the step sweeps, for errors and the log.
+	What  string
+	Sweep func(ctx context.Context, pool rbd.Pool) error
+}
+
 // sweeper finishes, off the request path, what a crashed or abandoned
-// request left in a pool and no retry will come back for:
+// request left in a pool and no retry will come back for. Its own part
+// reads the driver's images:
 //   - hidden images (deleted volumes kept for their snapshots or clones)
 //     that nothing needs any more, or whose removal was cut short;
 //   - unfinished volume images (created, never given their name) of a
 //     CreateVolume that was not retried;
 //   - temporary snapshots of volume clones that were not retried;
-//   - snapshot name claims of a CreateSnapshot that was not retried;
-//   - the RBD groups of group snapshots a crash interrupted (groupsnap.go).
+//
+// and the registered steps do the rest (snapshot claims, group
+// snapshots, ...).
 //
 // A sweep runs after a delete in a pool, with that request's credentials,
 // at most once per interval; a restarted controller sweeps at the first
@@ -33,22 +46,31 @@ const sweepTimeout = time.Hour
 // interval is left alone: a request may still be working on it. Volume
 // images found clean are not read again until a request touches them.
 type sweeper struct {
-	c        *Controller
+	*env
 	interval time.Duration
 	tasks    *background // keyed by pool
 
 	mu    sync.Mutex
+	steps []Step
 	last  map[string]time.Time // pool key -> start of its last sweep
-	clean map[string]bool      // pool key + "/" + image: finished, no temporary snapshot
+	clean map[string]bool      // records.PoolImageKey: finished, no temporary snapshot
 	gen   uint64               // counts touch calls, so a check that overlapped one is not cached
 }
 
-func newSweeper(c *Controller, interval time.Duration) *sweeper {
-	return &sweeper{c: c, interval: interval, tasks: newBackground(),
+func newSweeper(e *env, interval time.Duration) *sweeper {
+	return &sweeper{env: e, interval: interval, tasks: newBackground(),
 		last: map[string]time.Time{}, clean: map[string]bool{}}
 }
 
 func (s *sweeper) stop() { s.tasks.stop() }
+
+// register adds steps to every sweep from now on, after those registered
+// before.
+func (s *sweeper) register(steps ...Step) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.steps = append(s.steps, steps...)
+}
 
 // touch forgets that an image was found clean: a request is changing it.
 func (s *sweeper) touch(p rbd.Pool, image string) {
@@ -72,8 +94,8 @@ func (s *sweeper) markClean(key string, gen uint64) {
 	}
 }
 
-// after is called when a delete in the pool succeeded: it starts a sweep
-// of the pool unless one ran within the interval or is running.
+// after starts a sweep of the pool unless one ran within the interval or
+// is running.
 func (s *sweeper) after(pool rbd.Pool) {
 	if s.interval <= 0 {
 		return
@@ -90,7 +112,7 @@ func (s *sweeper) after(pool rbd.Pool) {
 		return
 	}
 	s.tasks.start(key, func(ctx context.Context) {
-		up := s.c.opts.Upkeep
+		up := s.o.Observer
 		up.BackgroundTasks("sweep", 1)
 		defer up.BackgroundTasks("sweep", -1)
 		ctx, cancel := context.WithTimeout(ctx, sweepTimeout)
@@ -111,7 +133,7 @@ const periodicKey = "periodic"
 // read, once per interval, starting one interval from now (a restarted
 // controller also sweeps a pool at its first delete).
 func (s *sweeper) startPeriodic() {
-	if s.interval <= 0 || s.c.cred == nil {
+	if s.interval <= 0 || s.o.Credentials == nil {
 		return
 	}
 	s.tasks.every(periodicKey, s.interval, s.sweepAll)
@@ -120,11 +142,11 @@ func (s *sweeper) startPeriodic() {
 // sweepAll starts the sweep of every pool of every cluster that is due,
 // and drops the node registry's expired fence records.
 func (s *sweeper) sweepAll(ctx context.Context) {
-	if s.c.nodes != nil {
-		s.c.dropExpiredFences(ctx)
+	if s.o.Fences != nil {
+		s.dropExpiredFences(ctx)
 	}
-	for _, cluster := range s.c.clusters.All() {
-		pools, err := s.c.ownPools(ctx, cluster)
+	for _, cluster := range s.o.Clusters.All() {
+		pools, err := s.ownPools(ctx, cluster)
 		if err != nil {
 			klog.ErrorS(err, "listing pools for the periodic sweep; trying again in one interval", "cluster", cluster.ClusterID)
 			continue
@@ -135,9 +157,10 @@ func (s *sweeper) sweepAll(ctx context.Context) {
 	}
 }
 
-// sweep looks at every image of the pool the driver made.
+// sweep looks at every image of the pool the driver made, then runs the
+// steps; a failed step does not keep the next from running.
 func (s *sweeper) sweep(ctx context.Context, pool rbd.Pool) error {
-	names, err := s.c.backend.ListImages(ctx, pool)
+	names, err := s.backend.ListImages(ctx, pool)
 	if errors.Is(err, rbd.ErrPoolNotFound) || errors.Is(err, rbd.ErrPermission) {
 		return nil // gone, or not ours to read: nothing of ours there
 	}
@@ -149,44 +172,47 @@ func (s *sweeper) sweep(ctx context.Context, pool rbd.Pool) error {
 			return ctx.Err()
 		}
 		var err error
-		if id, ok := s.c.names.HiddenID(name); ok {
+		if id, ok := s.names.HiddenID(name); ok {
 			err = s.sweepHidden(ctx, pool, name, id)
-		} else if s.c.names.IsVolumeImage(name) {
+		} else if s.names.IsVolumeImage(name) {
 			err = s.sweepVolume(ctx, pool, name)
 		}
 		if err != nil {
 			klog.ErrorS(err, "sweeping an image", "pool", pool.Name, "image", name)
 		}
 	}
-	if err := s.sweepGroups(ctx, pool); err != nil {
-		klog.ErrorS(err, "sweeping group snapshots' RBD groups", "pool", pool.Name)
+	s.mu.Lock()
+	steps := s.steps
+	s.mu.Unlock()
+	var errs []error
+	for _, st := range steps {
+		if err := st.Sweep(ctx, pool); err != nil {
+			errs = append(errs, fmt.Errorf("sweeping %s: %w", st.What, err))
+		}
 	}
-	if err := s.sweepStaticTmp(ctx, pool); err != nil {
-		klog.ErrorS(err, "sweeping static images' temporary snapshots", "pool", pool.Name)
-	}
-	return s.sweepClaims(ctx, pool)
+	return errors.Join(errs...)
 }
 
 // sweepHidden reclaims a hidden image nothing needs.
 func (s *sweeper) sweepHidden(ctx context.Context, pool rbd.Pool, name, id string) error {
 	// The image's own key: work in progress on its snapshots or clones
 	// goes first.
-	release, ok := s.c.locks.TryLock(records.ParentLock(pool.Name, id))
+	release, ok := s.locks.TryLock(records.ParentLock(pool.Name, id))
 	if !ok {
 		return nil
 	}
 	defer release()
-	fam, err := s.c.backend.StatFamily(ctx, pool, name, "")
+	fam, err := s.backend.StatFamily(ctx, pool, name, "")
 	if errors.Is(err, rbd.ErrNotFound) {
 		// Listed but without a header: a removal cut short. Removing it
 		// again completes it.
-		rctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
+		rctx, cancel := context.WithTimeout(context.Background(), RemoveTimeout)
 		defer cancel()
-		if err := s.c.backend.RemoveImage(rctx, pool, name); err != nil && !errors.Is(err, rbd.ErrNotFound) {
+		if err := s.backend.RemoveImage(rctx, pool, name); err != nil && !errors.Is(err, rbd.ErrNotFound) {
 			return err
 		}
 		klog.V(2).InfoS("completed the removal of a hidden image", "pool", pool.Name, "image", name)
-		s.c.opts.Upkeep.Reclaimed(reclaimedHalfRemoved)
+		s.o.Observer.Reclaimed(reclaimedHalfRemoved)
 		return nil
 	}
 	if err != nil {
@@ -195,7 +221,7 @@ func (s *sweeper) sweepHidden(ctx context.Context, pool rbd.Pool, name, id strin
 	if _, err := s.dropSettledTmp(ctx, pool, fam); err != nil {
 		return err
 	}
-	return s.c.reclaim(ctx, pool, id)
+	return s.reclaim(ctx, pool, id)
 }
 
 // sweepVolume removes a volume image nobody finished, or the temporary
@@ -206,29 +232,29 @@ func (s *sweeper) sweepVolume(ctx context.Context, pool rbd.Pool, name string) e
 	if clean {
 		return nil
 	}
-	release, ok := s.c.locks.TryLock(records.ImageLock(pool, name))
+	release, ok := s.locks.TryLock(records.ImageLock(pool, name))
 	if !ok {
 		return nil // a request is creating it or cloning from it
 	}
 	defer release()
-	fam, err := s.c.backend.StatFamily(ctx, pool, name, "")
+	fam, err := s.backend.StatFamily(ctx, pool, name, "")
 	if errors.Is(err, rbd.ErrNotFound) {
 		return nil // gone, or a deletion in progress that its retry completes
 	}
 	if err != nil {
 		return err
 	}
-	if !s.c.names.Volume(name, fam.Metadata).Finished() {
+	if !s.names.Volume(name, fam.Metadata).Finished() {
 		if s.settled(fam.Created) && fam.Watchers == 0 && len(fam.Snaps) == 0 {
 			klog.InfoS("removing an unfinished volume image that no retry came back for", "pool", pool.Name, "image", name, "created", fam.Created)
-			if err := s.c.removeImage(ctx, pool, fam); err != nil {
+			if err := s.removeImage(ctx, pool, fam); err != nil {
 				return err
 			}
-			s.c.opts.Upkeep.Reclaimed(reclaimedUnfinished)
+			s.o.Observer.Reclaimed(reclaimedUnfinished)
 		}
 		return nil
 	}
-	release, ok = s.c.locks.TryLock(records.ParentLock(pool.Name, fam.ID))
+	release, ok = s.locks.TryLock(records.ParentLock(pool.Name, fam.ID))
 	if !ok {
 		return nil // its snapshots or clones are changing
 	}
@@ -246,7 +272,7 @@ func (s *sweeper) sweepVolume(ctx context.Context, pool rbd.Pool, name string) e
 // dropSettledTmp removes the temporary snapshots of volume clones older
 // than one interval (RBD keeps one in its trash namespace while its clone
 // needs it) and reports whether younger ones are left. The caller holds
-// the image's parent key.
+// the image's parent lock.
 func (s *sweeper) dropSettledTmp(ctx context.Context, pool rbd.Pool, fam rbd.Family) (left bool, err error) {
 	for _, snap := range fam.Snaps {
 		if !records.IsTmpSnap(snap.Name) {
@@ -256,11 +282,11 @@ func (s *sweeper) dropSettledTmp(ctx context.Context, pool rbd.Pool, fam rbd.Fam
 			left = true
 			continue
 		}
-		if err := s.c.backend.RemoveSnapshot(ctx, pool, fam.ID, snap.Name); err != nil && !errors.Is(err, rbd.ErrNotFound) {
+		if err := s.backend.RemoveSnapshot(ctx, pool, fam.ID, snap.Name); err != nil && !errors.Is(err, rbd.ErrNotFound) {
 			return left, err
 		}
 		klog.InfoS("removed the temporary snapshot of a volume clone that no retry came back for", "pool", pool.Name, "image", fam.Name, "snap", snap.Name)
-		s.c.opts.Upkeep.Reclaimed(reclaimedTmpSnap)
+		s.o.Observer.Reclaimed(reclaimedTmpSnap)
 	}
 	return left, nil
 }

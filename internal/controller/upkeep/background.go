@@ -1,4 +1,4 @@
-package controller
+package upkeep
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 )
 
 // background runs keyed work off the request path: at most one task per
-// key at a time, all cancelled and waited for by stop. The flattener and
-// the sweeper each keep one.
+// key at a time, all cancelled and waited for by stop. The flattens, the
+// sparsifies, the sweeper and the KEK rotation each keep one.
 type background struct {
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -1,4 +1,4 @@
-package controller
+package upkeep
 
 import (
 	"context"
@@ -26,10 +26,7 @@ import (
 // in one step): the LUKS header and the data stay as they are, mapped
 // volumes stay mapped, and a re-wrap that fails leaves the old wrapping,
 // which the old KEK still opens, for the next pass. The old KEK can go
-// once the pending count (Upkeep.RotationPassed) is 0 for its KMS.
-
-// DefaultKEKRotationInterval is how often the rotation pass runs.
-const DefaultKEKRotationInterval = 10 * time.Minute
+// once the pending count (Observer.RotationPassed) is 0 for its KMS.
 
 // rotationTimeout bounds one pass.
 const rotationTimeout = time.Hour
@@ -43,7 +40,7 @@ const unknownKMSLabel = "unknown"
 
 // rotation runs the periodic re-wrap pass.
 type rotation struct {
-	c        *Controller
+	*env
 	interval time.Duration
 	tasks    *background
 }
@@ -51,16 +48,16 @@ type rotation struct {
 // newRotation returns the rotation, or nil when the controller cannot
 // rotate: no KMS configuration, no secrets of its own, or no credentials
 // of its own to list pools with.
-func newRotation(c *Controller) *rotation {
-	o := c.opts
-	if o.KMS == nil || o.KMSSecrets == nil || c.cred == nil {
+func newRotation(e *env) *rotation {
+	o := e.o
+	if o.KMS == nil || o.KMSSecrets == nil || o.Credentials == nil {
 		return nil
 	}
 	interval := o.KEKRotationInterval
 	if interval <= 0 {
 		interval = DefaultKEKRotationInterval
 	}
-	return &rotation{c: c, interval: interval, tasks: newBackground()}
+	return &rotation{env: e, interval: interval, tasks: newBackground()}
 }
 
 // start runs a pass once per interval, the first one interval from now.
@@ -69,7 +66,7 @@ func (r *rotation) start() {
 		return
 	}
 	r.tasks.every(rotationKey, r.interval, func(ctx context.Context) {
-		up := r.c.opts.Upkeep
+		up := r.o.Observer
 		up.BackgroundTasks(rotationKey, 1)
 		pctx, cancel := context.WithTimeout(ctx, rotationTimeout)
 		pending, err := r.pass(pctx)
@@ -104,16 +101,16 @@ type rotationPass struct {
 // the volumes left stale; err is why part of the work could not be done.
 func (r *rotation) pass(ctx context.Context) (map[string]int, error) {
 	p := &rotationPass{r: r, keys: map[string]kms.Keys{}, kmsErrs: map[string]error{}, pending: map[string]int{}}
-	for id := range r.c.opts.KMS {
+	for id := range r.o.KMS {
 		p.pending[id] = 0
 	}
 	var err error
-	if p.secrets, err = r.c.opts.KMSSecrets(); err != nil {
+	if p.secrets, err = r.o.KMSSecrets(); err != nil {
 		return nil, fmt.Errorf("the controller's secrets: %w", err)
 	}
 	var errs []error
-	for _, cluster := range r.c.clusters.All() {
-		pools, err := r.c.ownPools(ctx, cluster)
+	for _, cluster := range r.o.Clusters.All() {
+		pools, err := r.ownPools(ctx, cluster)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("cluster %s: listing pools: %w", cluster.ClusterID, err))
 			continue
@@ -135,8 +132,8 @@ func (r *rotation) pass(ctx context.Context) (map[string]int, error) {
 
 // pool re-wraps the stale DEKs of the pool's volume and hidden images.
 func (p *rotationPass) pool(ctx context.Context, pool rbd.Pool) error {
-	c := p.r.c
-	names, err := c.backend.ListImages(ctx, pool)
+	e := p.r.env
+	names, err := e.backend.ListImages(ctx, pool)
 	if errors.Is(err, rbd.ErrPoolNotFound) || errors.Is(err, rbd.ErrPermission) {
 		return nil // gone, or not ours to read: nothing of ours there
 	}
@@ -147,8 +144,8 @@ func (p *rotationPass) pool(ctx context.Context, pool rbd.Pool) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		_, hidden := c.names.HiddenID(name)
-		if !hidden && !c.names.IsVolumeImage(name) {
+		_, hidden := e.names.HiddenID(name)
+		if !hidden && !e.names.IsVolumeImage(name) {
 			continue
 		}
 		if err := p.image(ctx, pool, name, hidden); err != nil {
@@ -169,8 +166,8 @@ func (p *rotationPass) image(ctx context.Context, pool rbd.Pool, name string, hi
 	if stale, err := p.stale(ctx, pool, name, hidden); err != nil || stale == nil {
 		return err
 	}
-	c := p.r.c
-	release, ok := c.locks.TryLock(records.ImageLock(pool, name))
+	e := p.r.env
+	release, ok := e.locks.TryLock(records.ImageLock(pool, name))
 	if !ok {
 		return nil // a request is on it; the next pass comes back
 	}
@@ -182,7 +179,7 @@ func (p *rotationPass) image(ctx context.Context, pool rbd.Pool, name string, hi
 	key, keys := stale.key, stale.keys
 	wrapped, err := rewrap(ctx, keys, key.DEK)
 	if err == nil {
-		err = c.backend.SetMetadata(ctx, pool, name, map[string]string{kms.MetaDEK: string(wrapped)})
+		err = e.backend.SetMetadata(ctx, pool, name, map[string]string{kms.MetaDEK: string(wrapped)})
 		if errors.Is(err, rbd.ErrNotFound) {
 			return nil
 		}
@@ -192,7 +189,7 @@ func (p *rotationPass) image(ctx context.Context, pool rbd.Pool, name string, hi
 		return nil
 	}
 	klog.V(2).InfoS("re-wrapped the data key of an encrypted volume", "pool", pool.Name, "image", name, "kms", key.KMSID, "from", key.DEK.KEKID(), "to", keys.Current())
-	c.opts.Upkeep.Rewrapped(key.KMSID, nil)
+	e.o.Observer.Rewrapped(key.KMSID, nil)
 	return nil
 }
 
@@ -206,18 +203,19 @@ type staleKey struct {
 // stale reads an image's DEK and tells whether it needs a re-wrap (nil:
 // no, or it cannot be done now, which is counted).
 func (p *rotationPass) stale(ctx context.Context, pool rbd.Pool, name string, hidden bool) (*staleKey, error) {
-	c := p.r.c
-	info, err := c.backend.Stat(ctx, pool, name)
+	e := p.r.env
+	info, err := e.backend.Stat(ctx, pool, name)
 	if errors.Is(err, rbd.ErrNotFound) {
 		return nil, nil // deleted or renamed meanwhile
 	}
 	if err != nil {
 		return nil, err
 	}
-	if !hidden && !c.names.Volume(name, info.Metadata).Finished() {
+	v := e.names.Volume(name, info.Metadata)
+	if !hidden && !v.Finished() {
 		return nil, nil // a crash's leftover, never handed out: the sweep removes it
 	}
-	key, encrypted, err := kms.ReadVolumeKey(info.Metadata)
+	key, encrypted, err := v.Key()
 	switch {
 	case !encrypted:
 		return nil, nil
@@ -225,8 +223,8 @@ func (p *rotationPass) stale(ctx context.Context, pool rbd.Pool, name string, hi
 		p.failed(pool, name, unknownKMSLabel, err)
 		return nil, nil
 	}
-	if _, configured := c.opts.KMS[key.KMSID]; !configured {
-		p.failed(pool, name, unknownKMSLabel, unknownKMS(c.opts.KMS, key.KMSID))
+	if err := e.o.KMS.Known(key.KMSID); err != nil {
+		p.failed(pool, name, unknownKMSLabel, err)
 		return nil, nil
 	}
 	keys, ok := p.open(key.KMSID)
@@ -245,7 +243,7 @@ func (p *rotationPass) failed(pool rbd.Pool, name, kmsID string, err error) {
 	klog.ErrorS(err, "re-wrapping the data key of an encrypted volume; it keeps its old wrapping, and the next pass tries again", "pool", pool.Name, "image", name, "kms", kmsID)
 	p.pending[kmsID]++
 	p.failures++
-	p.r.c.opts.Upkeep.Rewrapped(kmsID, err)
+	p.r.o.Observer.Rewrapped(kmsID, err)
 }
 
 // open opens a configured KMS with the controller's secrets, once per
@@ -258,7 +256,7 @@ func (p *rotationPass) open(id string) (kms.Keys, bool) {
 	if _, failed := p.kmsErrs[id]; failed {
 		return nil, false
 	}
-	keys, err := p.r.c.opts.KMS.Open(id, p.secrets)
+	keys, err := p.r.o.KMS.Open(id, p.secrets)
 	if err == nil && keys.Current() == "" {
 		err = fmt.Errorf("KMS %s: the controller's secret (--controller-secret-dir) holds none of its KEKs, so its volumes are not re-wrapped", id)
 	}
