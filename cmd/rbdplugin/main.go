@@ -23,7 +23,6 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/kms"
 	"github.com/rbdcsi/rbdcsi/internal/metrics"
 	"github.com/rbdcsi/rbdcsi/internal/node"
-	"github.com/rbdcsi/rbdcsi/internal/nodereg"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/rbd/ceph"
 )
@@ -160,6 +159,8 @@ func main() {
 	klog.Flush()
 }
 
+// run serves the services of the mode until ctx ends: the Identity
+// service, and the controller's and the node's (controller.go, node.go).
 func run(ctx context.Context, f flags) error {
 	clusters, err := config.LoadClusterMap(f.clusterConfig)
 	if err != nil {
@@ -175,53 +176,31 @@ func run(ctx context.Context, f flags) error {
 		}
 	}
 	var interceptors []grpc.UnaryServerInterceptor
-	var observer rbd.Observer
-	var upkeepObs upkeep.Observer
-	var trimObs node.TrimObserver
-	var liftObs node.LiftObserver
+	var obs observers
 	if f.metricsAddr != "" {
 		m, err := startMetrics(ctx, f.metricsAddr)
 		if err != nil {
 			return err
 		}
 		interceptors = append(interceptors, m.UnaryInterceptor())
-		observer, upkeepObs, trimObs, liftObs = m, m, m, m
+		obs = observers{ceph: m, upkeep: m, trims: m, lifts: m}
 	}
 	// Inside the metrics: their latency counts the wait for a slot.
 	interceptors = append(interceptors, driver.LimitControllerCalls(f.maxCtrlCalls))
 	checks := []driver.HealthCheck{func(context.Context) error { return clusters.Health() }}
-	var services driver.Services
 	opts := ceph.DefaultOptions()
 	opts.OpTimeout = f.cephTimeout
 	conns := ceph.NewConns(opts)
 	defer conns.Close()
-	fault := crashAt(f.crashAt)
-	backend := ceph.NewBackend(conns, ceph.BackendOptions{Observer: observer, Fault: fault})
+	w := wiring{clusters: clusters, kms: kmsConfig, fault: crashAt(f.crashAt), obs: obs}
+	w.backend = ceph.NewBackend(conns, ceph.BackendOptions{Observer: obs.ceph, Fault: w.fault})
 
+	var services driver.Services
 	if f.mode != "node" {
-		var cred *config.Credentials
-		if f.secretDir != "" {
-			c, err := config.CredentialsFromDir(f.secretDir)
-			if err != nil {
-				return err
-			}
-			cred = &c
-		}
-		nodes, err := f.registry.controllerRegistry(clusters, backend, cred)
+		ctrl, err := startController(f, w)
 		if err != nil {
 			return err
 		}
-		o := f.ctrl
-		o.Backend, o.Clusters, o.Credentials, o.Fault, o.Upkeep = backend, clusters, cred, fault, upkeepObs
-		o.KMS = kmsConfig
-		if dir := f.secretDir; dir != "" && kmsConfig != nil {
-			// Re-read at every pass: a rotation adds a KEK to the Secret.
-			o.KMSSecrets = func() (map[string]string, error) { return kms.SecretsFromDir(dir) }
-		}
-		if nodes != nil {
-			o.Nodes = nodes
-		}
-		ctrl := controller.New(o)
 		defer ctrl.Close()
 		services.Controller = ctrl
 		// Group snapshots need librbd's rbd_clone4 (Squid 19+): served
@@ -234,33 +213,13 @@ func run(ctx context.Context, f flags) error {
 	}
 	var topology map[string]string
 	if f.mode != "controller" {
-		nb := nodeBackend{images: backend, lifts: liftObs}
-		reg, err := f.registry.nodeRegistry(clusters, backend)
+		n, err := startNode(ctx, f, w)
 		if err != nil {
 			return err
 		}
-		if reg != nil {
-			nb.fence = backend
-			nb.unfence = nodereg.NewUnfencer(reg, backend, f.nodeID)
-		}
-		var crush map[string]string
-		if topology, crush, err = f.topology.place(ctx, f.driverName, f.nodeID); err != nil {
-			return err
-		}
-		nodeSvc, nodeChecks, err := newNode(f, clusters, nb, kmsConfig, topology, crush, fault)
-		if err != nil {
-			return err
-		}
-		services.Node = nodeSvc
-		checks = append(checks, nodeChecks...)
-		defer startTrimmer(ctx, nodeSvc, f.node.fstrimInterval, trimObs)()
-		hbCtx, stopHeartbeat := context.WithCancel(ctx)
-		wait, err := f.registry.startHeartbeat(hbCtx, reg, nodereg.Node{ID: f.nodeID, MaxVolumes: f.node.maxVolumes})
-		if err != nil {
-			stopHeartbeat()
-			return err
-		}
-		defer func() { stopHeartbeat(); wait() }()
+		defer n.stop()
+		services.Node, topology = n.service, n.topology
+		checks = append(checks, n.checks...)
 	}
 	// A controller places volumes by topology wherever the CO asks for it;
 	// a node plugin advertises topology only when it reports its own, as
@@ -273,13 +232,31 @@ func run(ctx context.Context, f flags) error {
 		return err
 	}
 	defer cleanup()
-	stopBuiltins, err := f.builtins.start(ctx, f) // kubelet registration, /healthz (health.go)
+	stopBuiltins, err := f.builtins.start(ctx, f) // kubelet registration, /healthz (internal/sidecar)
 	if err != nil {
 		return err
 	}
 	defer stopBuiltins()
 	klog.InfoS("serving", "driver", f.driverName, "version", version, "mode", f.mode, "endpoint", f.endpoint)
 	return driver.NewServer(services, interceptors...).Serve(ctx, l, f.grace)
+}
+
+// observers are told what the services do (the metrics, with
+// --metrics-address; nil each without).
+type observers struct {
+	ceph   rbd.Observer
+	upkeep upkeep.Observer
+	trims  node.TrimObserver
+	lifts  node.LiftObserver
+}
+
+// wiring is what the controller and the node services are built from.
+type wiring struct {
+	clusters *config.ClusterMap
+	backend  *ceph.Backend
+	kms      kms.Config
+	fault    func(string)
+	obs      observers
 }
 
 // startMetrics serves Prometheus metrics on addr until ctx ends. The

@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,6 +20,7 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/luks"
 	"github.com/rbdcsi/rbdcsi/internal/mapper"
 	"github.com/rbdcsi/rbdcsi/internal/node"
+	"github.com/rbdcsi/rbdcsi/internal/nodereg"
 )
 
 // nodeFlags are the flags only the node service uses.
@@ -47,6 +46,47 @@ func addNodeFlags(fs *flag.FlagSet) *nodeFlags {
 	fs.StringVar(&f.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "the cgroup v2 hierarchy holding the pods' cgroups, where krbd volumes get their QoS limits (io.max); empty: krbd volumes get none")
 	fs.DurationVar(&f.fstrimInterval, "fstrim-interval", 0, "run fstrim on every staged filesystem this node alone writes this often, so freed blocks go back to Ceph (0: only on SIGUSR1)")
 	return f
+}
+
+// nodeService is a started Node service and what run needs of it.
+type nodeService struct {
+	service  *node.Node
+	checks   []driver.HealthCheck
+	topology map[string]string
+	stop     func() // stops the trimmer and the heartbeat, and waits for them
+}
+
+// startNode builds the Node service from the flags, with its place in the
+// topology and the CRUSH map, the node registry (fences, their lift, the
+// heartbeat) and the periodic fstrim.
+func startNode(ctx context.Context, f flags, w wiring) (*nodeService, error) {
+	nb := nodeBackend{images: w.backend, lifts: w.obs.lifts}
+	reg, err := f.registry.nodeRegistry(w.clusters, w.backend)
+	if err != nil {
+		return nil, err
+	}
+	if reg != nil {
+		nb.fence = w.backend
+		nb.unfence = nodereg.NewUnfencer(reg, w.backend, f.nodeID)
+	}
+	topology, crush, err := f.topology.place(ctx, f.driverName, f.nodeID)
+	if err != nil {
+		return nil, err
+	}
+	n, checks, err := newNode(f, w.clusters, nb, w.kms, topology, crush, w.fault)
+	if err != nil {
+		return nil, err
+	}
+	stopTrimmer := startTrimmer(ctx, n, f.node.fstrimInterval, w.obs.trims)
+	hbCtx, stopHeartbeat := context.WithCancel(ctx)
+	wait, err := f.registry.startHeartbeat(hbCtx, reg, nodereg.Node{ID: f.nodeID, MaxVolumes: f.node.maxVolumes})
+	if err != nil {
+		stopHeartbeat()
+		stopTrimmer()
+		return nil, err
+	}
+	stop := func() { stopHeartbeat(); wait(); stopTrimmer() }
+	return &nodeService{service: n, checks: checks, topology: topology, stop: stop}, nil
 }
 
 // nodeBackend is what the node reads and changes in Ceph: attachments
@@ -117,7 +157,7 @@ func newNode(f flags, clusters *config.ClusterMap, backend nodeBackend, kmsConfi
 		Crypt:             luks.New(luks.Options{Runner: run}),
 		Images:            backend.images,
 		KMS:               kmsConfig,
-		MkfsPrezeroed:     mkfsPrezeroed(),
+		MkfsPrezeroed:     node.MkfsPrezeroed(context.Background(), command.ExecRunner{}),
 	})
 	if err != nil {
 		return nil, nil, err
@@ -132,57 +172,8 @@ func newNode(f flags, clusters *config.ClusterMap, backend nodeBackend, kmsConfi
 		klog.ErrorS(err, "closing dm-crypt devices a crash left open")
 	}
 	checks := []driver.HealthCheck{
-		func(context.Context) error { return stateDirWritable(nf.stateDir) },
-		func(context.Context) error { return toolsPresent(nf.defaultMounter) },
+		func(context.Context) error { return node.StateDirWritable(nf.stateDir) },
+		func(context.Context) error { return node.ToolsPresent(command.ExecRunner{}, nf.defaultMounter) },
 	}
 	return n, checks, nil
-}
-
-// stateDirWritable proves the records can still be written (a full or
-// read-only disk would fail every stage).
-func stateDirWritable(dir string) error {
-	f, err := os.CreateTemp(dir, ".probe-*")
-	if err != nil {
-		return fmt.Errorf("state directory %s is not writable: %w", dir, err)
-	}
-	name := f.Name()
-	f.Close()
-	return os.Remove(name)
-}
-
-// mkfsPrezeroed asks mke2fs its version (it prints it on stderr); false
-// if it cannot tell, which keeps the lazy init every release takes.
-func mkfsPrezeroed() bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	// runs: mke2fs (its version)
-	out, err := exec.CommandContext(ctx, "mke2fs", "-V").CombinedOutput()
-	ok := err == nil && node.E2fsprogsPrezeroed(string(out))
-	klog.InfoS("mkfs.ext4 of volumes created empty", "assumeStoragePrezeroed", ok, "mke2fs", strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0]))
-	return ok
-}
-
-// toolsPresent checks the commands every stage needs, plus the default
-// mounter's. Kernel support is not checked here: a liveness probe must
-// not restart the plugin forever for a missing module.
-func toolsPresent(defaultMounter string) error {
-	tools := []string{"mount", "umount", "blkid", "mkfs.ext4", "mkfs.xfs", "resize2fs", "dumpe2fs", "e2fsck", "xfs_growfs"}
-	switch defaultMounter {
-	case mapper.KRBD:
-		tools = append(tools, "rbd")
-	case mapper.NBD:
-		tools = append(tools, "rbd", "rbd-nbd")
-	case mapper.Fuse:
-		tools = append(tools, "rbd-fuse", "losetup")
-	}
-	var missing []string
-	for _, t := range tools {
-		if _, err := exec.LookPath(t); err != nil {
-			missing = append(missing, t)
-		}
-	}
-	if len(missing) > 0 {
-		return errors.New("tools missing on the node: " + strings.Join(missing, ", "))
-	}
-	return nil
 }

@@ -33,6 +33,8 @@ const DefaultTimeout = 60 * time.Second
 // the caller's context.
 type ExecRunner struct {
 	Timeout time.Duration
+	// combined: stderr follows stdout in the output (RunCombined).
+	combined bool
 }
 
 // Run implements Runner.
@@ -63,8 +65,22 @@ func (r ExecRunner) RunInput(ctx context.Context, stdin []byte, name string, arg
 		}
 		return stdout.Bytes(), &Error{Cmd: name + " " + firstArgs(args), Stderr: Tail(stderr.String(), 1024), Err: err}
 	}
+	if r.combined {
+		return append(stdout.Bytes(), stderr.Bytes()...), nil
+	}
 	return stdout.Bytes(), nil
 }
+
+// RunCombined is Run with the command's stderr after its stdout in the
+// output: for tools that print what the caller reads (their version, say)
+// on stderr.
+func (r ExecRunner) RunCombined(ctx context.Context, name string, args ...string) ([]byte, error) {
+	r.combined = true
+	return r.RunInput(ctx, nil, name, args...)
+}
+
+// LookPath finds a program in PATH, as Run finds it.
+func (ExecRunner) LookPath(name string) (string, error) { return exec.LookPath(name) }
 
 // Error is a failed command. Its message holds the command's own words,
 // which is what an operator needs; secrets are never in argv, and callers

@@ -82,3 +82,16 @@ func TestRunInputFeedsStdin(t *testing.T) {
 		t.Fatalf("Run without input = %q, %v", out, err)
 	}
 }
+
+func TestRunCombinedKeepsStderr(t *testing.T) {
+	out, err := ExecRunner{}.RunCombined(context.Background(), "sh", "-c", "printf out; printf err >&2")
+	if err != nil || string(out) != "outerr" {
+		t.Fatalf("RunCombined = %q, %v; want outerr", out, err)
+	}
+	if _, err := (ExecRunner{}).LookPath("sh"); err != nil {
+		t.Errorf("LookPath(sh): %v", err)
+	}
+	if _, err := (ExecRunner{}).LookPath("no-such-tool-rbdcsi"); err == nil {
+		t.Error("LookPath found a tool that does not exist")
+	}
+}

@@ -1,19 +1,15 @@
-package main
+package sidecar
 
-// Built-in kubelet plugin registration: what the node-driver-registrar
-// sidecar does, for clusters where that sidecar cannot be had. Off by
-// default; the manifests in deploy/kubernetes keep the upstream sidecar.
-//
-// kubelet watches its plugins_registry directory. For each socket that
-// appears there it calls GetInfo (the plugin's type, name, CSI endpoint and
-// supported versions), then NodeGetInfo on that endpoint, records the node
-// ID in the CSINode object, and reports the outcome with
+// Kubelet plugin registration: what the node-driver-registrar sidecar
+// does. kubelet watches its plugins_registry directory. For each socket
+// that appears there it calls GetInfo (the plugin's type, name, CSI
+// endpoint and supported versions), then NodeGetInfo on that endpoint,
+// records the node ID in the CSINode object, and reports the outcome with
 // NotifyRegistrationStatus. Removing the socket deregisters the driver.
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -26,65 +22,64 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
-// csiVersions are the CSI versions the plugin speaks, as kubelet expects
-// them in GetInfo (the node-driver-registrar sends the same).
-var csiVersions = []string{"1.0.0"}
+// csiVersion is the CSI version the plugin speaks, as kubelet expects it
+// in GetInfo (the node-driver-registrar sends the same).
+const csiVersion = "1.0.0"
 
-// registrationFlags configure the built-in registration.
-type registrationFlags struct {
-	kubeletPath string        // the CSI socket as kubelet sees it; empty: off
-	dir         string        // kubelet's plugins_registry, as this process sees it
-	retry       time.Duration // re-register this long after kubelet reports a failure
+// DefaultRegistrationRetry is how long after kubelet reports a failed
+// registration the socket is made anew.
+const DefaultRegistrationRetry = 10 * time.Second
+
+// Registration registers a node plugin with kubelet.
+type Registration struct {
+	// DriverName is the CSI driver name.
+	DriverName string
+	// KubeletPath is the plugin's CSI socket as kubelet sees it (a path
+	// on the host).
+	KubeletPath string
+	// Dir is kubelet's plugins_registry as this process sees it.
+	Dir string
+	// Retry: re-register this long after kubelet reports a failure (0:
+	// DefaultRegistrationRetry).
+	Retry time.Duration
 }
 
-func addRegistrationFlags(fs *flag.FlagSet) *registrationFlags {
-	r := &registrationFlags{retry: 10 * time.Second}
-	fs.StringVar(&r.kubeletPath, "kubelet-registration-path", "", "node: register with kubelet without the node-driver-registrar sidecar; the path of this plugin's CSI socket on the host, as kubelet sees it (e.g. /var/lib/kubelet/plugins/"+DefaultDriverName+"/csi.sock). Empty: off")
-	fs.StringVar(&r.dir, "registration-dir", "/registration", "node, with --kubelet-registration-path: kubelet's plugin registration directory (the host's /var/lib/kubelet/plugins_registry) as mounted in this container")
-	return r
-}
-
-// validate checks the flags against the mode; it does not touch the disk.
-func (r *registrationFlags) validate(mode string) error {
-	if r.kubeletPath == "" {
-		return nil
+// Validate checks the paths; it does not touch the disk.
+func (r Registration) Validate() error {
+	if !filepath.IsAbs(r.KubeletPath) {
+		return fmt.Errorf("kubelet registration path %q: want an absolute path", r.KubeletPath)
 	}
-	if mode == "controller" {
-		return errors.New("--kubelet-registration-path registers a node plugin: it needs --mode node or all")
-	}
-	if !filepath.IsAbs(r.kubeletPath) {
-		return fmt.Errorf("--kubelet-registration-path %q: want an absolute path", r.kubeletPath)
-	}
-	if r.dir == "" {
-		return errors.New("--registration-dir must not be empty with --kubelet-registration-path")
+	if r.Dir == "" {
+		return errors.New("the registration directory must not be empty")
 	}
 	return nil
 }
 
-// socketPath is where kubelet's plugin watcher finds the driver, named as
+// SocketPath is where kubelet's plugin watcher finds the driver, named as
 // the node-driver-registrar names it.
-func (r *registrationFlags) socketPath(driverName string) string {
-	return filepath.Join(r.dir, driverName+"-reg.sock")
+func (r Registration) SocketPath() string {
+	return filepath.Join(r.Dir, r.DriverName+"-reg.sock")
 }
 
-// start serves the Registration service until ctx ends, then removes the
+// Start serves the Registration service until ctx ends, then removes the
 // socket (kubelet deregisters the driver). The returned function waits for
-// that. With --kubelet-registration-path empty it does nothing.
-func (r *registrationFlags) start(ctx context.Context, driverName string) (wait func(), err error) {
-	if r.kubeletPath == "" {
-		return func() {}, nil
+// that.
+func (r Registration) Start(ctx context.Context) (wait func(), err error) {
+	if err := os.MkdirAll(r.Dir, 0o750); err != nil {
+		return nil, fmt.Errorf("registration directory: %w", err)
 	}
-	if err := os.MkdirAll(r.dir, 0o750); err != nil {
-		return nil, fmt.Errorf("--registration-dir: %w", err)
+	retry := r.Retry
+	if retry <= 0 {
+		retry = DefaultRegistrationRetry
 	}
 	reg := &registrar{
 		info: &registerapi.PluginInfo{
 			Type:              registerapi.CSIPlugin,
-			Name:              driverName,
-			Endpoint:          r.kubeletPath,
-			SupportedVersions: csiVersions,
+			Name:              r.DriverName,
+			Endpoint:          r.KubeletPath,
+			SupportedVersions: []string{csiVersion},
 		},
-		path:   r.socketPath(driverName),
+		path:   r.SocketPath(),
 		failed: make(chan struct{}, 1),
 	}
 	// The first socket is made synchronously, so a bad directory fails
@@ -96,7 +91,7 @@ func (r *registrationFlags) start(ctx context.Context, driverName string) (wait 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		reg.run(ctx, srv, r.retry)
+		reg.run(ctx, srv, retry)
 	}()
 	return func() { <-done }, nil
 }

@@ -1,18 +1,18 @@
-package main
+// Package sidecar does, inside the plugin, what two kubernetes-csi
+// sidecars do, for clusters where they cannot be had: the registration
+// with kubelet (node-driver-registrar) and an HTTP health endpoint that
+// calls the plugin's own Probe (livenessprobe). Both are off by default;
+// the manifests in deploy/kubernetes keep the upstream sidecars.
+package sidecar
 
-// Built-in health endpoint: what the livenessprobe sidecar does, for
-// clusters where that sidecar cannot be had. Off by default; the manifests
-// in deploy/kubernetes keep the upstream sidecar.
-//
-// GET /healthz calls the plugin's own Identity Probe through its CSI
-// endpoint, as the sidecar does, so a wedged gRPC server fails it as well as
-// a failing health check: 200 "ok" when ready, 500 with the reason
-// otherwise.
+// The health endpoint: GET /healthz calls the plugin's Identity Probe
+// through its CSI endpoint, as the livenessprobe sidecar does, so a wedged
+// gRPC server fails it as well as a failing health check: 200 "ok" when
+// ready, 500 with the reason otherwise.
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -25,79 +25,16 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// builtinFlags are the optional stand-ins for the node-driver-registrar
-// and livenessprobe sidecars.
-type builtinFlags struct {
-	registration *registrationFlags
-	health       *healthFlags
-}
-
-func addBuiltinFlags(fs *flag.FlagSet) *builtinFlags {
-	return &builtinFlags{registration: addRegistrationFlags(fs), health: addHealthFlags(fs)}
-}
-
-// start starts whichever built-ins are configured, once the CSI endpoint
-// listens; the returned function stops them and waits for them.
-func (b *builtinFlags) start(ctx context.Context, f flags) (stop func(), err error) {
-	if err := b.registration.validate(f.mode); err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	waitHealth, err := b.health.start(ctx, f.endpoint)
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	waitReg, err := b.registration.start(ctx, f.driverName)
-	if err != nil {
-		cancel()
-		waitHealth()
-		return nil, err
-	}
-	return func() { cancel(); waitReg(); waitHealth() }, nil
-}
-
-// healthFlags configure the built-in health endpoint.
-type healthFlags struct {
-	addr    string
-	timeout time.Duration
-}
-
-func addHealthFlags(fs *flag.FlagSet) *healthFlags {
-	h := &healthFlags{}
-	fs.StringVar(&h.addr, "health-address", "", "host:port to serve /healthz on without the livenessprobe sidecar (e.g. :9808): it calls Probe on the CSI endpoint. Empty: off")
-	fs.DurationVar(&h.timeout, "health-probe-timeout", 3*time.Second, "bound on one Probe call of /healthz")
-	return h
-}
-
-// start serves /healthz on --health-address until ctx ends; the returned
-// function waits for the server to stop. Off when the address is empty.
-func (h *healthFlags) start(ctx context.Context, endpoint string) (wait func(), err error) {
-	if h.addr == "" {
-		return func() {}, nil
-	}
-	l, err := net.Listen("tcp", listenAddress(h.addr))
-	if err != nil {
-		return nil, fmt.Errorf("--health-address: %w", err)
-	}
-	wait, err = serveHealth(ctx, l, endpoint, h.timeout)
-	if err != nil {
-		_ = l.Close()
-		return nil, err
-	}
-	return wait, nil
-}
-
-// serveHealth serves /healthz on l, probing the CSI endpoint, until ctx
+// ServeHealth serves /healthz on l, probing the CSI endpoint, until ctx
 // ends; the returned function waits for the server to stop.
-func serveHealth(ctx context.Context, l net.Listener, endpoint string, timeout time.Duration) (wait func(), err error) {
+func ServeHealth(ctx context.Context, l net.Listener, endpoint string, timeout time.Duration) (wait func(), err error) {
 	target, err := grpcTarget(endpoint)
 	if err != nil {
 		return nil, err
 	}
 	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return nil, fmt.Errorf("--health-address: %w", err)
+		return nil, fmt.Errorf("health endpoint: %w", err)
 	}
 	srv := &http.Server{Handler: healthHandler(csi.NewIdentityClient(conn), timeout), ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})

@@ -1,4 +1,4 @@
-package main
+package sidecar
 
 import (
 	"context"
@@ -78,7 +78,7 @@ func TestHealthzProbesThePlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	wait, err := serveHealth(ctx, l, endpoint, 200*time.Millisecond)
+	wait, err := ServeHealth(ctx, l, endpoint, 200*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestHealthzPluginDown(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	wait, err := serveHealth(ctx, l, "unix://"+filepath.Join(shortTempDir(t), "none.sock"), 200*time.Millisecond)
+	wait, err := ServeHealth(ctx, l, "unix://"+filepath.Join(shortTempDir(t), "none.sock"), 200*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,14 +148,14 @@ func TestHealthzWithRealIdentity(t *testing.T) {
 		}
 		return io.ErrUnexpectedEOF
 	}
-	endpoint := serveIdentity(t, driver.NewIdentity(DefaultDriverName, "test", driver.Capabilities{}, check))
+	endpoint := serveIdentity(t, driver.NewIdentity("rbd.csi.rbdcsi.dev", "test", driver.Capabilities{}, check))
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	wait, err := serveHealth(ctx, l, endpoint, time.Second)
+	wait, err := ServeHealth(ctx, l, endpoint, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,17 +167,6 @@ func TestHealthzWithRealIdentity(t *testing.T) {
 	healthy.Store(false)
 	if code, body := get(t, url); code != 500 || !strings.Contains(body, "unexpected EOF") {
 		t.Errorf("unhealthy: %d %q", code, body)
-	}
-}
-
-func TestHealthStartOffAndBadAddress(t *testing.T) {
-	wait, err := (&healthFlags{}).start(context.Background(), "unix:///x.sock")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait()
-	if _, err := (&healthFlags{addr: "not-an-address"}).start(context.Background(), "unix:///x.sock"); err == nil {
-		t.Error("start accepted a bad --health-address")
 	}
 }
 

@@ -1,4 +1,4 @@
-package main
+package sidecar
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
+
+const driverName = "rbd.csi.rbdcsi.dev"
 
 // shortTempDir is a temporary directory short enough for unix socket
 // paths (108 bytes), which t.TempDir() under a long test name may not be.
@@ -60,82 +62,20 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func TestRegistrationFlags(t *testing.T) {
-	f, err := parseFlags([]string{"--mode=node", "--nodeid=n1",
-		"--kubelet-registration-path=/var/lib/kubelet/plugins/rbd.csi.rbdcsi.dev/csi.sock",
-		"--registration-dir=/reg", "--health-address=:9808", "--health-probe-timeout=2s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, h := f.builtins.registration, f.builtins.health
-	if r.kubeletPath != "/var/lib/kubelet/plugins/rbd.csi.rbdcsi.dev/csi.sock" || r.dir != "/reg" {
-		t.Errorf("registration flags: %+v", r)
-	}
-	if h.addr != ":9808" || h.timeout != 2*time.Second {
-		t.Errorf("health flags: %+v", h)
-	}
-	if got := r.socketPath("rbd.csi.rbdcsi.dev"); got != "/reg/rbd.csi.rbdcsi.dev-reg.sock" {
-		t.Errorf("socket path %q", got)
-	}
-
-	// Off by default.
-	f, err = parseFlags([]string{"--mode=node", "--nodeid=n1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f.builtins.registration.kubeletPath != "" || f.builtins.health.addr != "" {
-		t.Errorf("built-ins are on by default: %+v %+v", f.builtins.registration, f.builtins.health)
-	}
-	stop, err := f.builtins.start(context.Background(), f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop()
-}
-
-func TestRegistrationValidate(t *testing.T) {
-	for _, tc := range []struct {
-		name, mode, path, dir string
-		ok                    bool
-	}{
-		{"off", "controller", "", "/registration", true},
-		{"node", "node", "/var/lib/kubelet/plugins/d/csi.sock", "/registration", true},
-		{"all", "all", "/var/lib/kubelet/plugins/d/csi.sock", "/registration", true},
-		{"controller", "controller", "/var/lib/kubelet/plugins/d/csi.sock", "/registration", false},
-		{"relative", "node", "csi.sock", "/registration", false},
-		{"no dir", "node", "/x/csi.sock", "", false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := &registrationFlags{kubeletPath: tc.path, dir: tc.dir}
-			if err := r.validate(tc.mode); (err == nil) != tc.ok {
-				t.Errorf("validate: %v, want ok=%v", err, tc.ok)
-			}
-		})
-	}
-	// The whole start refuses a controller that registers with kubelet.
-	f := flags{mode: "controller", driverName: DefaultDriverName, builtins: &builtinFlags{
-		registration: &registrationFlags{kubeletPath: "/x/csi.sock", dir: shortTempDir(t)},
-		health:       &healthFlags{},
-	}}
-	if _, err := f.builtins.start(context.Background(), f); err == nil {
-		t.Error("start accepted --kubelet-registration-path in controller mode")
-	}
-}
-
 // TestRegistrationServesKubelet plays kubelet's side: GetInfo, then a
 // successful NotifyRegistrationStatus; stopping removes the socket.
 func TestRegistrationServesKubelet(t *testing.T) {
 	dir := shortTempDir(t)
 	const endpoint = "/var/lib/kubelet/plugins/rbd.csi.rbdcsi.dev/csi.sock"
-	r := &registrationFlags{kubeletPath: endpoint, dir: dir, retry: time.Hour}
-	socket := r.socketPath(DefaultDriverName)
+	r := Registration{DriverName: driverName, KubeletPath: endpoint, Dir: dir, Retry: time.Hour}
+	socket := r.SocketPath()
 	// A stale socket from an earlier run is replaced.
 	if err := os.WriteFile(socket, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	wait, err := r.start(ctx, DefaultDriverName)
+	wait, err := r.Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +86,7 @@ func TestRegistrationServesKubelet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Type != registerapi.CSIPlugin || info.Name != DefaultDriverName || info.Endpoint != endpoint {
+	if info.Type != registerapi.CSIPlugin || info.Name != driverName || info.Endpoint != endpoint {
 		t.Errorf("GetInfo: %+v", info)
 	}
 	if len(info.SupportedVersions) != 1 || info.SupportedVersions[0] != "1.0.0" {
@@ -169,8 +109,8 @@ func TestRegistrationServesKubelet(t *testing.T) {
 func TestRegistrationRetriesAfterFailure(t *testing.T) {
 	dir := shortTempDir(t)
 	g := &registrar{
-		info:   &registerapi.PluginInfo{Type: registerapi.CSIPlugin, Name: DefaultDriverName, Endpoint: "/k/csi.sock"},
-		path:   filepath.Join(dir, DefaultDriverName+"-reg.sock"),
+		info:   &registerapi.PluginInfo{Type: registerapi.CSIPlugin, Name: driverName, Endpoint: "/k/csi.sock"},
+		path:   filepath.Join(dir, driverName+"-reg.sock"),
 		failed: make(chan struct{}, 1),
 	}
 	srv, err := g.serve()
@@ -194,7 +134,7 @@ func TestRegistrationRetriesAfterFailure(t *testing.T) {
 	if err != nil {
 		t.Fatalf("GetInfo on the new socket: %v", err)
 	}
-	if info.Name != DefaultDriverName {
+	if info.Name != driverName {
 		t.Errorf("GetInfo: %+v", info)
 	}
 	// A success does not make a new socket.
@@ -235,8 +175,8 @@ func TestRegistrationBadDir(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := &registrationFlags{kubeletPath: "/k/csi.sock", dir: filepath.Join(file, "sub")}
-	if _, err := r.start(context.Background(), DefaultDriverName); err == nil {
+	r := Registration{DriverName: driverName, KubeletPath: "/k/csi.sock", Dir: filepath.Join(file, "sub")}
+	if _, err := r.Start(context.Background()); err == nil {
 		t.Error("start succeeded with a registration dir under a file")
 	}
 }
