@@ -9,12 +9,10 @@ import "os"
 // calls into librados/librbd an arena of its own, up to eight per core:
 // hundreds on a large node, for a plugin that runs a thread per
 // concurrent Ceph call. Eight bound that on any node without making the
-// threads of 16 concurrent calls queue on arena locks, which two did
-// (make bench on 2 cores, three rounds at c=16: 0.88-0.91 of raw's
-// CreateVolume/s with two arenas, 0.93-0.99 with eight, for about 1 MiB
-// more peak memory; within the noise of a full run). Set here rather than in
-// the container image so every way of running the plugin gets it; an
-// explicit MALLOC_ARENA_MAX in the environment still wins.
+// threads of many concurrent calls queue on arena locks, as two do, for
+// about 1 MiB more peak memory. Set here rather than in the container
+// image so every way of running the plugin gets it; an explicit
+// MALLOC_ARENA_MAX in the environment still wins.
 const mallocArenas = 8
 
 func limitMallocArenas() {

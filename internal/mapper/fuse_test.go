@@ -57,19 +57,29 @@ func TestFuseArgs(t *testing.T) {
 	}
 }
 
-func TestFuseMountIn(t *testing.T) {
+func TestIsFuseMount(t *testing.T) {
 	info := "36 25 0:45 / /var/lib/rbdcsi/node/fuse/ab/mnt rw,nosuid,nodev,relatime shared:1 - fuse.rbd-fuse rbd-fuse rw,user_id=0,group_id=0\n" +
 		"37 25 7:0 / /var/lib/kubelet/x rw,relatime - ext4 /dev/loop0 rw\n" +
 		"38 25 0:46 / /with\\040space/mnt rw - fuse.rbd-fuse rbd-fuse rw\n"
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "proc/self"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "proc/self/mountinfo"), []byte(info), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for dir, want := range map[string]bool{
 		"/var/lib/rbdcsi/node/fuse/ab/mnt": true,
 		"/var/lib/kubelet/x":               false, // ext4, not FUSE
 		"/var/lib/rbdcsi/node/fuse/cd/mnt": false,
 		"/with space/mnt":                  true,
 	} {
-		if got := fuseMountIn(info, dir); got != want {
-			t.Errorf("fuseMountIn(%s) = %v", dir, got)
+		if got := isFuseMount(root, dir); got != want {
+			t.Errorf("isFuseMount(%s) = %v", dir, got)
 		}
+	}
+	if isFuseMount(t.TempDir(), "/var/lib/rbdcsi/node/fuse/ab/mnt") {
+		t.Error("a mount found without a mount table")
 	}
 }
 

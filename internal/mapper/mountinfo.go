@@ -8,33 +8,22 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	mount "k8s.io/mount-utils"
 )
 
 // isFuseMount reports whether dir is the mount point of an rbd-fuse file
 // system, from /proc/self/mountinfo (a stat of a dead FUSE mount would
 // fail or hang; the mount table never does).
 func isFuseMount(sysRoot, dir string) bool {
-	b, err := os.ReadFile(filepath.Join(sysRoot, "proc/self/mountinfo"))
+	infos, err := mount.ParseMountInfo(filepath.Join(sysRoot, "proc/self/mountinfo"))
 	if err != nil {
 		return false
 	}
-	return fuseMountIn(string(b), dir)
-}
-
-// fuseMountIn parses mountinfo lines:
-// "36 35 98:0 / /mnt/x rw,noatime shared:1 - fuse.rbd-fuse rbd-fuse rw,...".
-func fuseMountIn(mountinfo, dir string) bool {
-	for _, line := range strings.Split(mountinfo, "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(pre)
-		g := strings.Fields(post)
-		if len(f) < 5 || len(g) < 1 {
-			continue
-		}
-		if unescapeMount(f[4]) == dir && (g[0] == "fuse.rbd-fuse" || g[0] == "fuse") {
+	for _, m := range infos {
+		// The mount table escapes space, tab, newline and backslash in
+		// paths; ParseMountInfo leaves them so.
+		if unescapeMount(m.MountPoint) == dir && (m.FsType == "fuse.rbd-fuse" || m.FsType == "fuse") {
 			return true
 		}
 	}

@@ -3,6 +3,7 @@ package rbdtest
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -162,6 +163,30 @@ func testFlatten(t *testing.T, s *suite) {
 	}
 	s.must(b.RemoveImage(ctx, p, parent), "RemoveImage of the parent")
 	s.wantErr(b.Flatten(ctx, p, child), "Flatten of an image without a parent", rbd.ErrInvalid)
+}
+
+// Sparsify keeps what an image is (size, features, metadata, snapshots)
+// and what a clone is (its parent); a missing image is ErrNotFound.
+func testSparsify(t *testing.T, s *suite) {
+	b, p, ctx := s.Backend, s.Pool, s.ctx()
+	parent, child := s.name("parent"), s.name("child")
+	s.create(parent, 4*mib, map[string]string{"k": "v"})
+	s.must(b.CreateSnapshot(ctx, p, parent, "snap"), "CreateSnapshot")
+	before := s.family(parent)
+	s.must(b.Sparsify(ctx, p, parent), "Sparsify")
+	after := s.family(parent)
+	if after.Size != before.Size || after.Metadata["k"] != "v" || !slices.Equal(after.Features, before.Features) || !slices.Equal(s.snapNames(after), []string{"snap"}) {
+		t.Fatalf("sparsified image %+v, was %+v", after, before)
+	}
+	s.clone(parent, "snap", child, 0, nil)
+	s.must(b.Sparsify(ctx, p, child), "Sparsify of a clone")
+	if f := s.family(child); f.Parent == nil || f.Parent.ImageID != before.ID || f.Size != 4*mib {
+		t.Fatalf("sparsified clone %+v, want its parent and size", f)
+	}
+	s.wantErr(b.Sparsify(ctx, p, s.name("missing")), "Sparsify of a missing image", rbd.ErrNotFound)
+	s.must(b.RemoveImage(ctx, p, child), "RemoveImage of the clone")
+	s.must(b.RemoveSnapshot(ctx, p, before.ID, "snap"), "RemoveSnapshot")
+	s.must(b.RemoveImage(ctx, p, parent), "RemoveImage of the parent")
 }
 
 // A trashed snapshot whose clone detached without taking it along (two

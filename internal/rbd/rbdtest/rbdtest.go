@@ -60,6 +60,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"Clone", testClone},
 		{"TrashedSnapshotFollowsLastClone", testTrashedSnapshotFollowsLastClone},
 		{"Flatten", testFlatten},
+		{"Sparsify", testSparsify},
 		{"WatcherBlocksRemoval", testWatcherBlocksRemoval},
 		{"HalfRemovedImage", testHalfRemovedImage},
 		{"CloneLessTrashedSnapshot", testCloneLessTrashedSnapshot},
