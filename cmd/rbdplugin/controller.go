@@ -1,7 +1,7 @@
 package main
 
 import (
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/controller"
 	"github.com/rbdcsi/rbdcsi/internal/kms"
 )
@@ -11,9 +11,9 @@ import (
 // the node registry, and the KMS configuration with the Secret its KEK
 // rotation reads. Close stops its upkeep.
 func startController(f flags, w wiring) (*controller.Controller, error) {
-	var cred *config.Credentials
+	var cred *cluster.Credentials
 	if f.secretDir != "" {
-		c, err := config.CredentialsFromDir(f.secretDir)
+		c, err := cluster.CredentialsFromDir(f.secretDir)
 		if err != nil {
 			return nil, err
 		}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
 
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/controller"
 	"github.com/rbdcsi/rbdcsi/internal/controller/upkeep"
@@ -81,7 +82,7 @@ func parseFlags(args []string) (flags, error) {
 		return nil
 	})
 	fs.Func("instance-id", "scopes what this driver makes and finds in a pool to its own Kubernetes cluster, for several clusters sharing pools: up to 16 lower-case letters, digits and '-'; the same on the controller and every node. Empty (the default): the names the driver always used", func(v string) error {
-		if err := config.ValidInstanceID(v); err != nil {
+		if err := cluster.ValidInstanceID(v); err != nil {
 			return err
 		}
 		f.ctrl.InstanceID = v
@@ -162,7 +163,7 @@ func main() {
 // run serves the services of the mode until ctx ends: the Identity
 // service, and the controller's and the node's (controller.go, node.go).
 func run(ctx context.Context, f flags) error {
-	clusters, err := config.LoadClusterMap(f.clusterConfig)
+	clusters, err := cluster.LoadMap(f.clusterConfig)
 	if err != nil {
 		return err
 	}
@@ -252,7 +253,7 @@ type observers struct {
 
 // wiring is what the controller and the node services are built from.
 type wiring struct {
-	clusters *config.ClusterMap
+	clusters *cluster.Map
 	backend  *ceph.Backend
 	kms      kms.Config
 	fault    func(string)

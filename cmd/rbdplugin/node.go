@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	mount "k8s.io/mount-utils"
 
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/command"
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/driver"
@@ -37,7 +38,7 @@ type nodeFlags struct {
 
 func addNodeFlags(fs *flag.FlagSet) *nodeFlags {
 	f := &nodeFlags{}
-	fs.StringVar(&f.defaultMounter, "default-mounter", mapper.KRBD, "how to map a volume whose StorageClass sets no \"mounter\": "+strings.Join(config.Mounters, ", "))
+	fs.StringVar(&f.defaultMounter, "default-mounter", mapper.KRBD, "how to map a volume whose StorageClass sets no \"mounter\": "+strings.Join(config.Mounters(), ", "))
 	fs.Int64Var(&f.maxVolumes, "max-volumes-per-node", 0, "volumes this node can have attached, reported in NodeGetInfo and, through the node registry, enforced by ControllerPublish (0: no limit)")
 	fs.StringVar(&f.stateDir, "state-dir", "/var/lib/rbdcsi/node", "node state (per-volume records, rbd-fuse directories); must survive plugin restarts")
 	fs.StringVar(&f.keyDir, "key-dir", "", "where a map writes the user's key for the Ceph tools, for the length of the call; mount a memory-backed directory here so no key ever reaches a disk. Empty: <state-dir>/keys")
@@ -103,10 +104,10 @@ type nodeBackend struct {
 // newNode builds the Node service and the health checks it adds to Probe.
 // With the node registry on, the controller records attachments, and the
 // node fences: it maps a single-node volume only where it is attached.
-func newNode(f flags, clusters *config.ClusterMap, backend nodeBackend, kmsConfig kms.Config, topology, crush map[string]string, fault func(string)) (*node.Node, []driver.HealthCheck, error) {
+func newNode(f flags, clusters *cluster.Map, backend nodeBackend, kmsConfig kms.Config, topology, crush map[string]string, fault func(string)) (*node.Node, []driver.HealthCheck, error) {
 	nf := f.node
-	if !slices.Contains(config.Mounters, nf.defaultMounter) {
-		return nil, nil, fmt.Errorf("--default-mounter %q: want one of %s", nf.defaultMounter, strings.Join(config.Mounters, ", "))
+	if !slices.Contains(config.Mounters(), nf.defaultMounter) {
+		return nil, nil, fmt.Errorf("--default-mounter %q: want one of %s", nf.defaultMounter, strings.Join(config.Mounters(), ", "))
 	}
 	if nf.maxVolumes < 0 {
 		return nil, nil, fmt.Errorf("--max-volumes-per-node must not be negative")

@@ -6,7 +6,7 @@ import (
 	"flag"
 	"time"
 
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/nodereg"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
@@ -27,7 +27,7 @@ func addRegistryFlags(fs *flag.FlagSet) *registryFlags {
 	return r
 }
 
-func (r *registryFlags) pool(clusters *config.ClusterMap, cred config.Credentials) (rbd.Pool, error) {
+func (r *registryFlags) pool(clusters *cluster.Map, cred cluster.Credentials) (rbd.Pool, error) {
 	clusterID, pool, err := nodereg.ParseLocation(r.location)
 	if err != nil {
 		return rbd.Pool{}, err
@@ -41,7 +41,7 @@ func (r *registryFlags) pool(clusters *config.ClusterMap, cred config.Credential
 
 // controllerRegistry is the registry the controller reads, or nil when
 // none is configured.
-func (r *registryFlags) controllerRegistry(clusters *config.ClusterMap, store nodereg.Store, cred *config.Credentials) (*nodereg.Registry, error) {
+func (r *registryFlags) controllerRegistry(clusters *cluster.Map, store nodereg.Store, cred *cluster.Credentials) (*nodereg.Registry, error) {
 	if r.location == "" {
 		return nil, nil
 	}
@@ -58,14 +58,14 @@ func (r *registryFlags) controllerRegistry(clusters *config.ClusterMap, store no
 // nodeRegistry is the registry as a node plugin uses it, with the node
 // user (--node-secret-dir): to keep its heartbeat, and to lift the fences
 // the controller put on it. Nil without --node-registry.
-func (r *registryFlags) nodeRegistry(clusters *config.ClusterMap, store nodereg.Store) (*nodereg.Registry, error) {
+func (r *registryFlags) nodeRegistry(clusters *cluster.Map, store nodereg.Store) (*nodereg.Registry, error) {
 	if r.location == "" {
 		return nil, nil
 	}
 	if r.nodeSecretDir == "" {
 		return nil, errors.New("--node-registry needs --node-secret-dir in node mode: the node writes its heartbeat with those credentials")
 	}
-	cred, err := config.CredentialsFromDir(r.nodeSecretDir)
+	cred, err := cluster.CredentialsFromDir(r.nodeSecretDir)
 	if err != nil {
 		return nil, err
 	}

@@ -61,7 +61,7 @@ func (c cluster) params() map[string]string {
 // driver's (its volumes are single-writer).
 func (c cluster) features() []string {
 	if c.imageFeatures == "" {
-		return slices.Clone(config.SingleWriterFeatures)
+		return slices.Clone(config.SingleWriterFeatures())
 	}
 	return strings.Split(c.imageFeatures, ",")
 }

@@ -41,7 +41,8 @@ import (
 	"time"
 
 	"github.com/rbdcsi/rbdcsi/e2e/harness"
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	// Named apart: the bench has a type named cluster.
+	cephcluster "github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/rbd/ceph"
 )
@@ -224,7 +225,7 @@ func run(ctx context.Context, cfg benchConfig) int {
 	b.raw = ceph.NewBackend(conns, ceph.BackendOptions{Observer: b.rawOps})
 	b.watch = cpuWatch{pids: cephPIDs(c.Dir)}
 	b.watch.pids["bench"] = []int{os.Getpid()}
-	b.pool = rbd.Pool{MonHost: c.MonHost, Cred: config.Credentials{ID: c.CSIUser, Key: c.CSIKey}, Name: c.Pool}
+	b.pool = rbd.Pool{MonHost: c.MonHost, Cred: cephcluster.Credentials{ID: c.CSIUser, Key: c.CSIKey}, Name: c.Pool}
 
 	b.stamp = now.Format("20060102-150405")
 	runErr := b.scenarios(ctx)

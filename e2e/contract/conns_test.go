@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/rbdcsi/rbdcsi/e2e/harness"
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/rbd/ceph"
 )
@@ -21,7 +21,7 @@ func TestCloseWaitsForCallsInFlight(t *testing.T) {
 	c := harness.LoadCluster(t)
 	conns := ceph.NewConns(ceph.Options{OpTimeout: 3 * time.Second, IdleTimeout: time.Minute})
 	backend := ceph.NewBackend(conns, ceph.BackendOptions{})
-	pool := rbd.Pool{MonHost: c.MonHost, Cred: config.Credentials{ID: c.CSIUser, Key: c.CSIKey}, Name: c.Pool, Namespace: c.Namespace}
+	pool := rbd.Pool{MonHost: c.MonHost, Cred: cluster.Credentials{ID: c.CSIUser, Key: c.CSIKey}, Name: c.Pool, Namespace: c.Namespace}
 	if _, err := backend.ListImages(harness.Ctx(t), pool); err != nil {
 		t.Fatalf("ListImages before the outage: %v", err)
 	}

@@ -13,7 +13,7 @@ import (
 	librbd "github.com/ceph/go-ceph/rbd"
 
 	"github.com/rbdcsi/rbdcsi/e2e/harness"
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/rbd/ceph"
 	"github.com/rbdcsi/rbdcsi/internal/rbd/rbdtest"
@@ -27,7 +27,7 @@ func TestContract(t *testing.T) {
 	conns := ceph.NewConns(ceph.DefaultOptions())
 	t.Cleanup(conns.Close)
 	backend := ceph.NewBackend(conns, ceph.BackendOptions{})
-	pool := rbd.Pool{MonHost: c.MonHost, Cred: config.Credentials{ID: c.CSIUser, Key: c.CSIKey}, Name: c.Pool, Namespace: c.Namespace}
+	pool := rbd.Pool{MonHost: c.MonHost, Cred: cluster.Credentials{ID: c.CSIUser, Key: c.CSIKey}, Name: c.Pool, Namespace: c.Namespace}
 	// The CSI user may add blocklist entries, not lift them: the node
 	// plugins' user lifts its node's (deploy/kubernetes/secret.yaml).
 	lifter := c.Name("rbdcsi-contract-lift")
@@ -41,7 +41,7 @@ func TestContract(t *testing.T) {
 			RemoveHeader:  func(t *testing.T, _ rbd.Pool, image string) { c.RemoveHeader(t, image) },
 			DetachBehind:  func(t *testing.T, _ rbd.Pool, parent, child string) { c.DetachBehindRBD(t, parent, child) },
 			Blocklisted:   func(t *testing.T) []string { return slices.Collect(maps.Keys(c.Blocklist(t))) },
-			Unblocklister: config.Credentials{ID: lifter, Key: lifterKey},
+			Unblocklister: cluster.Credentials{ID: lifter, Key: lifterKey},
 		}
 	})
 }

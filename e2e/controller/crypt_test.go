@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/rbdcsi/rbdcsi/e2e/harness"
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/controller"
 	"github.com/rbdcsi/rbdcsi/internal/kms"
 	"github.com/rbdcsi/rbdcsi/internal/rbd/ceph"
@@ -357,14 +357,14 @@ func TestCryptKEKRotation(t *testing.T) {
 	kekA2 := newKEK(t)
 	own := e.secrets("a")
 	own["encryptionKEK.a2"], own["encryptionKEKCurrent"] = kekA2, "a2"
-	clusters, err := config.LoadClusterMap(e.c.ConfigFile)
+	clusters, err := cluster.LoadMap(e.c.ConfigFile)
 	harness.Must(t, err, "cluster map")
 	conns := ceph.NewConns(ceph.DefaultOptions())
 	t.Cleanup(conns.Close)
 	rec := &rotationRecorder{}
 	ctrl := controller.New(controller.Options{
 		Backend: ceph.NewBackend(conns, ceph.BackendOptions{}), Clusters: clusters, InstanceID: e.c.Instance,
-		Credentials: &config.Credentials{ID: e.c.CSIUser, Key: e.c.CSIKey}, KMS: e.kms,
+		Credentials: &cluster.Credentials{ID: e.c.CSIUser, Key: e.c.CSIKey}, KMS: e.kms,
 		KMSSecrets: func() (map[string]string, error) { return maps.Clone(own), nil }, KEKRotationInterval: 100 * time.Millisecond,
 		Upkeep: rec,
 	})

@@ -7,7 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/kms"
 )
 
@@ -44,7 +44,7 @@ func TestClusterConfigAndSecret(t *testing.T) {
 		if err := os.WriteFile(file, []byte(data), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := config.LoadClusterMap(file); err != nil {
+		if _, err := cluster.LoadMap(file); err != nil {
 			t.Errorf("%s: ConfigMap %s: %v", w.name, cm.Name, err)
 		}
 		maps[data] = w.name
@@ -75,7 +75,7 @@ func TestClusterConfigAndSecret(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if _, err := config.CredentialsFromDir(sdir); err != nil {
+		if _, err := cluster.CredentialsFromDir(sdir); err != nil {
 			t.Errorf("%s: Secret %s as --controller-secret-dir: %v", w.name, s.Name, err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/config"
 )
 
@@ -49,7 +50,7 @@ func TestStorageClasses(t *testing.T) {
 	clusters := map[string]bool{}
 	for _, cm := range cms {
 		if data, ok := cm.Data["cluster-config.json"]; ok {
-			list, err := config.ParseClusters([]byte(data))
+			list, err := cluster.ParseMap([]byte(data))
 			if err != nil {
 				t.Fatalf("ConfigMap %s: %v", cm.Name, err)
 			}
@@ -107,7 +108,7 @@ func checkSecretRef(t *testing.T, what string, params map[string]string, op stri
 		t.Errorf("%s: %s secret %s/%s is not in deploy/kubernetes", what, op, ns, name)
 		return
 	}
-	if _, err := config.CredentialsFromSecrets(secretData(s)); err != nil {
+	if _, err := cluster.CredentialsFromSecrets(secretData(s)); err != nil {
 		t.Errorf("%s: %s secret %s/%s: %v", what, op, ns, name, err)
 	}
 }

@@ -28,12 +28,14 @@ var krbdCannotMap = []string{"journaling"}
 // were written, whatever the size; exclusive-lock is what they need; with
 // deep-flatten, flattening a clone also frees its snapshots from the
 // parent. They are also the default of every current Ceph release.
-var SingleWriterFeatures = []string{"layering", "exclusive-lock", "object-map", "fast-diff", "deep-flatten"}
+func SingleWriterFeatures() []string {
+	return []string{"layering", "exclusive-lock", "object-map", "fast-diff", "deep-flatten"}
+}
 
 // MultiWriterFeatures are the default for a volume several nodes write
 // (MULTI_NODE_MULTI_WRITER block volumes): the exclusive lock would move
 // between the nodes' clients at every write, and object-map needs it.
-var MultiWriterFeatures = []string{"layering", "deep-flatten"}
+func MultiWriterFeatures() []string { return []string{"layering", "deep-flatten"} }
 
 // parseFeatures reads the imageFeatures parameter: nil when it is unset
 // (the default then depends on the access mode), else the named features,
@@ -75,15 +77,15 @@ func parseFeatures(s, mounter string) ([]string, error) {
 func (p Params) VolumeFeatures(multiWriter bool) ([]string, error) {
 	f := p.ImageFeatures
 	if f == nil {
-		f = SingleWriterFeatures
+		f = SingleWriterFeatures()
 		if multiWriter {
-			f = MultiWriterFeatures
+			f = MultiWriterFeatures()
 		}
 	}
 	f = slices.Clone(f)
 	if err := checkOptionFeatures(p.MapOptions, f); err != nil {
 		if p.ImageFeatures == nil && multiWriter {
-			err = fmt.Errorf("%w (a volume without %s that several nodes write gets %s)", err, ParamImageFeatures, strings.Join(MultiWriterFeatures, ","))
+			err = fmt.Errorf("%w (a volume without %s that several nodes write gets %s)", err, ParamImageFeatures, strings.Join(MultiWriterFeatures(), ","))
 		}
 		return nil, err
 	}

@@ -115,8 +115,8 @@ func splitPerMapper(param, value string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, part := range strings.Split(value, ";") {
 		m, opts, ok := strings.Cut(part, ":")
-		if !ok || !contains(Mounters, m) {
-			return nil, fmt.Errorf("parameter %s: %.40q is not of the form mounter:options (mounter one of %s)", param, part, strings.Join(Mounters, ", "))
+		if !ok || !contains(Mounters(), m) {
+			return nil, fmt.Errorf("parameter %s: %.40q is not of the form mounter:options (mounter one of %s)", param, part, strings.Join(Mounters(), ", "))
 		}
 		if _, dup := out[m]; dup {
 			return nil, fmt.Errorf("parameter %s: mounter %s appears twice", param, m)
@@ -130,7 +130,7 @@ func splitPerMapper(param, value string) (map[string]string, error) {
 // holds a colon (crush_location=host:a).
 func perMapperPrefix(value string) bool {
 	m, _, _ := strings.Cut(value, ":")
-	return contains(Mounters, m)
+	return contains(Mounters(), m)
 }
 
 func checkOption(param, mapper, o string, allowed map[string]optionValue) error {
@@ -190,7 +190,7 @@ func checkOptionsParam(param, value string) error {
 	if err != nil {
 		return err
 	}
-	for _, m := range Mounters {
+	for _, m := range Mounters() {
 		if _, ok := lists[m]; !ok {
 			continue
 		}

@@ -1,3 +1,7 @@
+// Package config parses and checks what arrives with each request: the
+// StorageClass and VolumeAttributesClass parameters, a volume's context,
+// and the options they pass on to the node's tools. The cluster map and
+// the credentials are internal/cluster's.
 package config
 
 import (
@@ -37,11 +41,12 @@ const (
 // (secret references, PVC/PV names with --extra-create-metadata).
 const ReservedPrefix = "csi.storage.k8s.io/"
 
-// Mounters a volume can be mapped with on a node.
-var Mounters = []string{"krbd", "nbd", "fuse"}
+// Mounters are what a volume can be mapped with on a node (internal/mapper
+// names them alike).
+func Mounters() []string { return []string{"krbd", "nbd", "fuse"} }
 
-// FsTypes the node can format and mount.
-var FsTypes = []string{"ext4", "xfs"}
+// FsTypes are the filesystems the node can format and mount.
+func FsTypes() []string { return []string{"ext4", "xfs"} }
 
 // DefaultFsType is the filesystem of a volume whose capability names none.
 const DefaultFsType = "ext4"
@@ -201,11 +206,11 @@ func parse(in map[string]string) (Params, error) {
 			return Params{}, fmt.Errorf("parameter %s: %w", ParamDataPool, err)
 		}
 	}
-	if p.FsType != "" && !contains(FsTypes, p.FsType) {
-		return Params{}, fmt.Errorf("parameter %s: filesystem %.30q is not supported (choose one of %s)", ParamFsType, p.FsType, strings.Join(FsTypes, ", "))
+	if p.FsType != "" && !contains(FsTypes(), p.FsType) {
+		return Params{}, fmt.Errorf("parameter %s: filesystem %.30q is not supported (choose one of %s)", ParamFsType, p.FsType, strings.Join(FsTypes(), ", "))
 	}
-	if p.Mounter != "" && !contains(Mounters, p.Mounter) {
-		return Params{}, fmt.Errorf("parameter %s: %.30q is not a mounter (choose one of %s)", ParamMounter, p.Mounter, strings.Join(Mounters, ", "))
+	if p.Mounter != "" && !contains(Mounters(), p.Mounter) {
+		return Params{}, fmt.Errorf("parameter %s: %.30q is not a mounter (choose one of %s)", ParamMounter, p.Mounter, strings.Join(Mounters(), ", "))
 	}
 	features, err := parseFeatures(in[ParamImageFeatures], p.Mounter)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/controller/upkeep"
 	"github.com/rbdcsi/rbdcsi/internal/kms"
@@ -23,8 +23,8 @@ import (
 
 // Clusters resolves a clusterID to its monitors.
 type Clusters interface {
-	Lookup(clusterID string) (config.Cluster, error)
-	All() []config.Cluster
+	Lookup(clusterID string) (cluster.Cluster, error)
+	All() []cluster.Cluster
 }
 
 // Nodes tells which nodes exist, indexes what is attached to each and
@@ -51,7 +51,7 @@ type Options struct {
 	Clusters Clusters
 	// Credentials serve the calls that carry no secrets (ListVolumes,
 	// GetCapacity, ControllerGetVolume). Nil: those are not offered.
-	Credentials *config.Credentials
+	Credentials *cluster.Credentials
 	// CloneDepthSoft: deeper clones are flattened in the background.
 	CloneDepthSoft int
 	// CloneDepthHard: deeper clones are flattened before CreateVolume
@@ -80,7 +80,7 @@ type Options struct {
 	// DriverName names the topology keys (topology.<DriverName>/<label>).
 	DriverName string
 	// InstanceID scopes what the controller makes and finds in a pool to
-	// its own Kubernetes cluster (config.ValidInstanceID; "" the default).
+	// its own Kubernetes cluster (cluster.ValidInstanceID; "" the default).
 	InstanceID string
 	// KMS says where encrypted classes' key encryption keys come from
 	// (nil: encrypted classes are refused).
@@ -127,7 +127,7 @@ type Controller struct {
 
 	backend  rbd.Backend
 	clusters Clusters
-	cred     *config.Credentials
+	cred     *cluster.Credentials
 	// locks are shared with the upkeep, which skips or queues behind
 	// what a request holds.
 	locks *lock.Keyed

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/controller"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/rbd/fake"
@@ -73,14 +73,14 @@ func (e *env) start(crashAt string, o controller.Options) *ctrl {
 	if e.wrap != nil {
 		o.Backend = e.wrap(o.Backend)
 	}
-	o.Clusters = config.NewStaticClusterMap([]config.Cluster{{ClusterID: clusterID, Monitors: []string{"127.0.0.1:3300"}}})
+	o.Clusters = cluster.NewStaticMap([]cluster.Cluster{{ClusterID: clusterID, Monitors: []string{"127.0.0.1:3300"}}})
 	c := controller.New(o)
 	e.t.Cleanup(c.Close)
 	return &ctrl{e: e, c: c, ceph: client}
 }
 
 // ownCreds are controller credentials for the calls without secrets.
-func ownCreds() *config.Credentials { return &config.Credentials{ID: "csi", Key: key} }
+func ownCreds() *cluster.Credentials { return &cluster.Credentials{ID: "csi", Key: key} }
 
 func secrets() map[string]string { return map[string]string{"userID": "csi", "userKey": key} }
 

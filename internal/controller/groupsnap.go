@@ -162,7 +162,7 @@ func (g *groupSnap) member(ctx context.Context, i int, v volid.Volume, fam rbd.F
 			ParentImage: v.Image, ParentSnapID: snapID,
 			DropMetadataPrefixes: records.GroupMemberDrops(),
 			ImageSpec: rbd.ImageSpec{
-				Features: config.SingleWriterFeatures,
+				Features: config.SingleWriterFeatures(),
 				Metadata: records.GroupMemberMetadata(depth+1, g.id.String()),
 				Marker:   records.GroupMemberMarker,
 			},

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rbdcsi/rbdcsi/internal/attach"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
@@ -117,7 +118,7 @@ func (c *Controller) ListVolumes(ctx context.Context, req *csi.ListVolumesReques
 // ownPools lists the pools of a cluster that could hold volumes (valid
 // names), with the controller's own credentials and the cluster's
 // namespace.
-func (c *Controller) ownPools(ctx context.Context, cluster config.Cluster) ([]rbd.Pool, error) {
+func (c *Controller) ownPools(ctx context.Context, cluster cluster.Cluster) ([]rbd.Pool, error) {
 	names, err := c.backend.ListPools(ctx, cluster.MonHost(), *c.cred)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
@@ -61,25 +62,25 @@ func noPool(pool rbd.Pool, err error) error {
 // request's secrets, else the controller's own (for calls without secrets).
 // Calls that change a volume must bring their own secrets (ownCredsOK false).
 func (c *Controller) pool(clusterID, pool string, secrets map[string]string, ownCredsOK bool) (rbd.Pool, error) {
-	cluster, err := c.clusters.Lookup(clusterID)
+	entry, err := c.clusters.Lookup(clusterID)
 	if err != nil {
 		return rbd.Pool{}, status.Errorf(codes.InvalidArgument, "%v (check the StorageClass parameter %q and the driver's cluster map)", err, config.ParamClusterID)
 	}
-	var cred config.Credentials
+	var cred cluster.Credentials
 	switch {
 	case len(secrets) > 0:
-		if cred, err = config.CredentialsFromSecrets(secrets); err != nil {
+		if cred, err = cluster.CredentialsFromSecrets(secrets); err != nil {
 			return rbd.Pool{}, status.Error(codes.InvalidArgument, err.Error())
 		}
 	case ownCredsOK && c.cred != nil:
 		cred = *c.cred
 	case ownCredsOK:
-		return rbd.Pool{}, status.Errorf(codes.InvalidArgument, "the request carries no secrets %q/%q and the controller has no credentials of its own (--controller-secret-dir)", config.SecretUserID, config.SecretUserKey)
+		return rbd.Pool{}, status.Errorf(codes.InvalidArgument, "the request carries no secrets %q/%q and the controller has no credentials of its own (--controller-secret-dir)", cluster.SecretUserID, cluster.SecretUserKey)
 	default:
-		_, err := config.CredentialsFromSecrets(secrets)
+		_, err := cluster.CredentialsFromSecrets(secrets)
 		return rbd.Pool{}, status.Error(codes.InvalidArgument, err.Error())
 	}
-	return rbd.NewPool(cluster, cred, pool), nil
+	return rbd.NewPool(entry, cred, pool), nil
 }
 
 func findSnap(snaps []rbd.SnapInfo, name string) (rbd.SnapInfo, bool) {

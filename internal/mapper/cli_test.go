@@ -11,8 +11,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/command"
-	"github.com/rbdcsi/rbdcsi/internal/config"
 )
 
 const testKey = "AQBexampleexampleexampleexampleexampleA=="
@@ -39,7 +39,7 @@ func mapReq() MapRequest {
 	return MapRequest{
 		Image:   Image{ClusterID: "c1", Pool: "rbd", Name: "csi-vol-1"},
 		MonHost: "v2:10.0.0.1:3300,v2:10.0.0.2:3300",
-		Cred:    config.Credentials{ID: "csi-rbd", Key: testKey},
+		Cred:    cluster.Credentials{ID: "csi-rbd", Key: testKey},
 	}
 }
 

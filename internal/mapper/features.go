@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-
-	"github.com/rbdcsi/rbdcsi/internal/config"
 )
 
 // Telling a user that the node's kernel cannot map an image's features,
@@ -56,7 +54,7 @@ func (c *rbdCLI) unmappableFeatures(ctx context.Context, req MapRequest, keyFile
 func featureError(features string, err error) error {
 	return fmt.Errorf("%w: the kernel of this node cannot map the image's features %s (object-map and fast-diff need Linux 5.3; journaling no kernel maps): "+
 		"stage it with %s nbd, or create volumes for such nodes from a StorageClass with %s: layering: %w",
-		ErrUnsupported, features, config.ParamMounter, config.ParamImageFeatures, err)
+		ErrUnsupported, features, paramMounter, paramImageFeatures, err)
 }
 
 // unmappable names the features the rbd tool suggests disabling after a

@@ -19,14 +19,25 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 )
 
-// Names of the mappers, as the "mounter" parameter spells them.
+// Names of the mappers, as the StorageClass parameter mounter spells them
+// (config.Mounters; a test checks they agree).
 const (
 	KRBD = "krbd"
 	NBD  = "nbd"
 	Fuse = "fuse"
+)
+
+// Names are the mappers' names.
+func Names() []string { return []string{KRBD, NBD, Fuse} }
+
+// The StorageClass parameters errors point to (config.ParamMounter and
+// config.ParamImageFeatures; a test checks they agree).
+const (
+	paramMounter       = "mounter"
+	paramImageFeatures = "imageFeatures"
 )
 
 // Errors callers branch on; the wrapped message says what happened.
@@ -65,7 +76,7 @@ func (i Image) String() string {
 type MapRequest struct {
 	Image   Image
 	MonHost string
-	Cred    config.Credentials
+	Cred    cluster.Credentials
 	// Options are the mapOptions parameter: comma-separated key[=value]
 	// for `rbd device map -o` (ignored by fuse, which has none).
 	Options  string
@@ -123,5 +134,5 @@ func Find(list []Mapped, img Image) (Mapped, bool) {
 // the alternatives so the message is actionable from `kubectl describe`.
 func unsupported(name, why string) error {
 	return fmt.Errorf("%w: mounter %q cannot work on this node: %s; choose another mounter with the StorageClass parameter %q (one of %s)",
-		ErrUnsupported, name, why, config.ParamMounter, strings.Join(config.Mounters, ", "))
+		ErrUnsupported, name, why, paramMounter, strings.Join(Names(), ", "))
 }

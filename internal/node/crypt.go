@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/kms"
 	"github.com/rbdcsi/rbdcsi/internal/luks"
@@ -60,7 +61,7 @@ func (k *volumeKey) clear() {
 // unlock reads an encrypted volume's key record and unwraps its DEK; a
 // plain volume gives nil. It runs before anything is mapped, so a wrong or
 // missing key changes nothing.
-func (n *Node) unlock(ctx context.Context, vol volid.Volume, cluster config.Cluster, cred config.Credentials, enc config.Encryption, secrets map[string]string) (*volumeKey, error) {
+func (n *Node) unlock(ctx context.Context, vol volid.Volume, cluster cluster.Cluster, cred cluster.Credentials, enc config.Encryption, secrets map[string]string) (*volumeKey, error) {
 	if !enc.Enabled {
 		// A plain stage of an encrypted image finds crypto_LUKS on the
 		// device: it is neither formatted nor mounted (mountStaging).

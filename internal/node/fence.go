@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rbdcsi/rbdcsi/internal/attach"
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/grpcerr"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
@@ -23,7 +23,7 @@ type Fence interface {
 // checkAttached refuses to map a single-node volume on a node that does not
 // hold its attachment in Ceph, so a stale pod on the node a volume moved
 // away from cannot write to it any more.
-func (n *Node) checkAttached(ctx context.Context, vol volid.Volume, cluster config.Cluster, cred config.Credentials, mode string) error {
+func (n *Node) checkAttached(ctx context.Context, vol volid.Volume, cluster cluster.Cluster, cred cluster.Credentials, mode string) error {
 	if n.fence == nil {
 		return nil
 	}

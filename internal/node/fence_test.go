@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rbdcsi/rbdcsi/internal/attach"
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
@@ -50,7 +50,7 @@ func TestCheckAttached(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := &Node{id: "n1", fence: c.fence}
-			err := n.checkAttached(context.Background(), vol, config.Cluster{ClusterID: "c1"}, config.Credentials{}, c.mode)
+			err := n.checkAttached(context.Background(), vol, cluster.Cluster{ClusterID: "c1"}, cluster.Credentials{}, c.mode)
 			if got := status.Code(err); got != c.want {
 				t.Fatalf("checkAttached = %v (code %v), want %v", err, got, c.want)
 			}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/mapper"
 )
@@ -53,7 +54,7 @@ func (n *Node) healOrphan(ctx context.Context, rec *record, m mapper.Mapper, src
 			"give the StorageClass a node-publish secret (csi.storage.k8s.io/node-publish-secret-name and -namespace) and the CSIDriver requiresRepublish: true, so kubelet's next republish heals it",
 			rec.VolumeID, rec.Device, src.call)
 	}
-	cred, err := config.CredentialsFromSecrets(src.secrets)
+	cred, err := cluster.CredentialsFromSecrets(src.secrets)
 	if err != nil {
 		return false, status.Error(codes.InvalidArgument, err.Error())
 	}

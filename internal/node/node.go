@@ -20,8 +20,8 @@ import (
 	"k8s.io/klog/v2"
 	mount "k8s.io/mount-utils"
 
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/command"
-	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/grpcerr"
 	"github.com/rbdcsi/rbdcsi/internal/kms"
 	"github.com/rbdcsi/rbdcsi/internal/lock"
@@ -31,7 +31,7 @@ import (
 
 // Clusters resolves a clusterID to its monitors.
 type Clusters interface {
-	Lookup(clusterID string) (config.Cluster, error)
+	Lookup(clusterID string) (cluster.Cluster, error)
 }
 
 // Runner runs one external command (mkfs, blkid, resize2fs, xfs_growfs);

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	mount "k8s.io/mount-utils"
 
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/mapper"
 )
 
@@ -117,7 +117,7 @@ func newFixture(t *testing.T) *fixture {
 	n, err := New(Options{
 		NodeID: "n1", Mappers: map[string]mapper.Mapper{"fuse": f.m, "krbd": &fakeMapper{}}, DefaultMounter: "fuse",
 		Mounter: f.mounter, Runner: f.run, StateDir: f.state, MaxVolumesPerNode: 7,
-		Clusters: config.NewStaticClusterMap([]config.Cluster{{ClusterID: "c1", Monitors: []string{"v2:10.0.0.1:3300"}}}),
+		Clusters: cluster.NewStaticMap([]cluster.Cluster{{ClusterID: "c1", Monitors: []string{"v2:10.0.0.1:3300"}}}),
 	})
 	if err != nil {
 		t.Fatal(err)

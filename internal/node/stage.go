@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rbdcsi/rbdcsi/internal/blockdev"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/mapper"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
@@ -37,18 +38,18 @@ func (n *Node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequ
 	if rec, err = n.reconcileStage(ctx, a, rec); err != nil {
 		return nil, err
 	}
-	cluster, err := n.clusters.Lookup(a.vol.ClusterID)
+	cl, err := n.clusters.Lookup(a.vol.ClusterID)
 	if err != nil {
 		return nil, status.Errorf(codes.NotFound, "volume %s: %v (this node's cluster map does not know it)", a.id, err)
 	}
-	cred, err := config.CredentialsFromSecrets(req.GetSecrets())
+	cred, err := cluster.CredentialsFromSecrets(req.GetSecrets())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	// Also for a volume staged here already: once its attachment moved to
 	// another node (a force detach of this one), a repeated stage must not
 	// answer OK as if this node still owned it.
-	if err := n.checkAttached(ctx, a.vol, cluster, cred, a.cap.AccessMode); err != nil {
+	if err := n.checkAttached(ctx, a.vol, cl, cred, a.cap.AccessMode); err != nil {
 		return nil, err
 	}
 	if rec != nil && rec.Staged {
@@ -64,7 +65,7 @@ func (n *Node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequ
 		// stage again on top of the record.
 		klog.InfoS("staged volume lost its mount or mapping; staging it again", "volumeID", a.id)
 	}
-	if err := n.stageAnew(ctx, a, rec, m, cluster, cred); err != nil {
+	if err := n.stageAnew(ctx, a, rec, m, cl, cred); err != nil {
 		return nil, err
 	}
 	return &csi.NodeStageVolumeResponse{}, nil
@@ -158,7 +159,7 @@ func (n *Node) reconcileStage(ctx context.Context, a stageArgs, rec *record) (*r
 // stageAnew maps and mounts, on top of rec when a stage was recorded
 // before. The record goes down before the first change on the node, so
 // that whatever a crash leaves behind, unstage knows of it.
-func (n *Node) stageAnew(ctx context.Context, a stageArgs, rec *record, m mapper.Mapper, cluster config.Cluster, cred config.Credentials) error {
+func (n *Node) stageAnew(ctx context.Context, a stageArgs, rec *record, m mapper.Mapper, cl cluster.Cluster, cred cluster.Credentials) error {
 	if err := m.Supported(ctx); err != nil {
 		return statusFor(err)
 	}
@@ -175,12 +176,12 @@ func (n *Node) stageAnew(ctx context.Context, a stageArgs, rec *record, m mapper
 	if err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
-	key, err := n.unlock(ctx, a.vol, cluster, cred, a.params.Encryption, a.secrets)
+	key, err := n.unlock(ctx, a.vol, cl, cred, a.params.Encryption, a.secrets)
 	if err != nil {
 		return err
 	}
 	defer key.clear()
-	img := mapper.Image{ClusterID: a.vol.ClusterID, Pool: a.vol.Pool, Namespace: cluster.Namespace(), Name: a.vol.Image}
+	img := mapper.Image{ClusterID: a.vol.ClusterID, Pool: a.vol.Pool, Namespace: cl.Namespace(), Name: a.vol.Image}
 	if rec == nil {
 		rec = &record{VolumeID: a.id, Image: img, Mounter: a.mounter, StagingPath: a.staging, Cap: a.cap}
 	}
@@ -189,7 +190,7 @@ func (n *Node) stageAnew(ctx context.Context, a stageArgs, rec *record, m mapper
 		return status.Error(codes.Internal, err.Error())
 	}
 	if err := n.stage(ctx, rec, m, a.params, key, mapper.MapRequest{
-		Image: img, MonHost: cluster.MonHost(), Cred: cred, Options: mapOpts, ReadOnly: a.cap.readerOnly(),
+		Image: img, MonHost: cl.MonHost(), Cred: cred, Options: mapOpts, ReadOnly: a.cap.readerOnly(),
 		Cookie: nbdCookie(a.id),
 	}); err != nil {
 		n.undoStage(ctx, rec, m)

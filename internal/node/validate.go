@@ -55,8 +55,8 @@ func parseCapability(c *csi.VolumeCapability) (capSpec, error) {
 		if fs == "" {
 			fs = config.DefaultFsType
 		}
-		if !slices.Contains(config.FsTypes, fs) {
-			return capSpec{}, fmt.Errorf("filesystem %.30q is not supported (choose one of %s)", fs, strings.Join(config.FsTypes, ", "))
+		if !slices.Contains(config.FsTypes(), fs) {
+			return capSpec{}, fmt.Errorf("filesystem %.30q is not supported (choose one of %s)", fs, strings.Join(config.FsTypes(), ", "))
 		}
 		if mode == csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER || mode == csi.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER {
 			return capSpec{}, fmt.Errorf("access mode %s needs volumeMode Block: ext4 and xfs cannot be mounted read-write on several nodes at once", name)

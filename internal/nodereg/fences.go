@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
@@ -101,7 +101,7 @@ func (r *Registry) DropExpiredFences(ctx context.Context) (int, error) {
 
 // Unblocklister lifts blocklist entries (internal/rbd/ceph implements it).
 type Unblocklister interface {
-	Unblocklist(ctx context.Context, monHost string, cred config.Credentials, addr string) error
+	Unblocklist(ctx context.Context, monHost string, cred cluster.Credentials, addr string) error
 }
 
 // Unfencer lifts one node's fences, with the registry's credentials (the

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
@@ -19,7 +19,7 @@ type blocklist struct {
 	err     error
 }
 
-func (b *blocklist) Unblocklist(_ context.Context, _ string, _ config.Credentials, addr string) error {
+func (b *blocklist) Unblocklist(_ context.Context, _ string, _ cluster.Credentials, addr string) error {
 	if b.err != nil {
 		return b.err
 	}
@@ -30,7 +30,7 @@ func (b *blocklist) Unblocklist(_ context.Context, _ string, _ config.Credential
 func fencedRegistry(t *testing.T) (*Registry, memStore, *time.Time) {
 	t.Helper()
 	store := memStore{}
-	r := New(store, rbd.Pool{Cred: config.Credentials{ID: "rbdcsi-node"}}, "", time.Minute)
+	r := New(store, rbd.Pool{Cred: cluster.Credentials{ID: "rbdcsi-node"}}, "", time.Minute)
 	now := time.Unix(1_000_000, 0)
 	r.now = func() time.Time { return now }
 	return r, store, &now

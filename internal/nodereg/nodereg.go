@@ -19,14 +19,14 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
 // Object is the RADOS object holding the heartbeats and the attachment
 // index, of the default instance; instance X keeps "rbdcsi.nodes.X"
-// (config.InstanceObject), so the nodes of Kubernetes clusters sharing a
+// (cluster.InstanceObject), so the nodes of Kubernetes clusters sharing a
 // pool stay apart. A Ceph user with object_prefix rbdcsi.nodes may write
 // either.
 const Object = "rbdcsi.nodes"
@@ -72,7 +72,7 @@ type Registry struct {
 // New returns the registry of an instance ("": the default) in pool;
 // heartbeats older than ttl do not count.
 func New(store Store, pool rbd.Pool, instance string, ttl time.Duration) *Registry {
-	return &Registry{store: store, pool: pool, object: config.InstanceObject(Object, instance), ttl: ttl, now: time.Now}
+	return &Registry{store: store, pool: pool, object: cluster.InstanceObject(Object, instance), ttl: ttl, now: time.Now}
 }
 
 // ParseLocation splits "clusterID/pool".

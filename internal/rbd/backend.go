@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 )
 
 // Backend is what the driver asks of Ceph: images, snapshots, format 2
@@ -35,7 +35,7 @@ type Backend interface {
 	// ListImages returns the names of the pool's images, sorted.
 	ListImages(ctx context.Context, p Pool) ([]string, error)
 	// ListPools returns the cluster's pool names, sorted.
-	ListPools(ctx context.Context, monHost string, cred config.Credentials) ([]string, error)
+	ListPools(ctx context.Context, monHost string, cred cluster.Credentials) ([]string, error)
 	// PoolAvailable returns how many bytes can still be written to the pool.
 	PoolAvailable(ctx context.Context, p Pool) (int64, error)
 	// PoolFull reports whether Ceph has marked the pool full.
@@ -95,7 +95,7 @@ type Backend interface {
 	// backend's calls made after Blocklist returns already see it in
 	// force. A malformed address or an expire below one second is
 	// ErrInvalid.
-	Blocklist(ctx context.Context, monHost string, cred config.Credentials, addr string, expire time.Duration) error
+	Blocklist(ctx context.Context, monHost string, cred cluster.Credentials, addr string, expire time.Duration) error
 	// BreakLock removes the image's exclusive lock if the client at addr
 	// holds it (a lock held by another client, or none, is fine), without
 	// blocklisting anyone: the caller blocklists the client first, or it
@@ -103,7 +103,7 @@ type Backend interface {
 	BreakLock(ctx context.Context, p Pool, name, addr string) error
 	// Unblocklist lifts the entry of addr; an address that is not
 	// blocklisted is fine.
-	Unblocklist(ctx context.Context, monHost string, cred config.Credentials, addr string) error
+	Unblocklist(ctx context.Context, monHost string, cred cluster.Credentials, addr string) error
 
 	GroupBackend
 }

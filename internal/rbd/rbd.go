@@ -13,13 +13,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 )
 
 // Pool addresses one pool of one cluster as one Ceph user.
 type Pool struct {
 	MonHost string
-	Cred    config.Credentials
+	Cred    cluster.Credentials
 	Name    string
 	// Namespace is the RADOS namespace inside the pool ("" = default).
 	Namespace string
@@ -27,7 +27,7 @@ type Pool struct {
 
 // NewPool is the pool name of a cluster-map entry, in the entry's RADOS
 // namespace, used with cred.
-func NewPool(cluster config.Cluster, cred config.Credentials, name string) Pool {
+func NewPool(cluster cluster.Cluster, cred cluster.Credentials, name string) Pool {
 	return Pool{MonHost: cluster.MonHost(), Cred: cred, Name: name, Namespace: cluster.Namespace()}
 }
 

@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/rbd/ceph"
@@ -33,7 +34,7 @@ func main() {
 	flag.Parse()
 	pool := rbd.Pool{
 		MonHost: os.Getenv("CEPH_MON_HOST"), Name: os.Getenv("CEPH_POOL"),
-		Cred: config.Credentials{ID: os.Getenv("CEPH_CSI_USER"), Key: os.Getenv("CEPH_CSI_KEY")},
+		Cred: cluster.Credentials{ID: os.Getenv("CEPH_CSI_USER"), Key: os.Getenv("CEPH_CSI_KEY")},
 	}
 	if *prefix == "" || pool.MonHost == "" || pool.Cred.Key == "" {
 		fmt.Fprintln(os.Stderr, "floor: -image and a cluster in the environment (CEPH_MON_HOST, CEPH_POOL, CEPH_CSI_USER, CEPH_CSI_KEY) are required")
@@ -78,7 +79,7 @@ func burst(backend *ceph.Backend, pool rbd.Pool, prefix string, n, c int) error 
 	name := func(i int) string { return fmt.Sprintf("%s-%d", prefix, i) }
 	err := parallel(n, c, func(i int) error {
 		return backend.CreateImage(ctx, pool, name(i), rbd.ImageSpec{
-			Size: 1 << 30, Features: config.SingleWriterFeatures, Metadata: map[string]string{"rbdcsi.name": name(i)},
+			Size: 1 << 30, Features: config.SingleWriterFeatures(), Metadata: map[string]string{"rbdcsi.name": name(i)},
 		})
 	})
 	if err != nil {

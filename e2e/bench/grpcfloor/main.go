@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/rbd/ceph"
@@ -77,7 +78,7 @@ type controller struct {
 func pool(secrets map[string]string) rbd.Pool {
 	return rbd.Pool{
 		MonHost: os.Getenv("CEPH_MON_HOST"), Name: os.Getenv("CEPH_POOL"),
-		Cred: config.Credentials{ID: secrets["userID"], Key: secrets["userKey"]},
+		Cred: cluster.Credentials{ID: secrets["userID"], Key: secrets["userKey"]},
 	}
 }
 
@@ -86,7 +87,7 @@ func pool(secrets map[string]string) rbd.Pool {
 func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	sum := sha256.Sum256([]byte(req.GetName()))
 	image := "csi-raw-gf-" + hex.EncodeToString(sum[:10])
-	features := config.SingleWriterFeatures
+	features := config.SingleWriterFeatures()
 	if f := req.GetParameters()[config.ParamImageFeatures]; f != "" {
 		features = strings.Split(f, ",")
 	}

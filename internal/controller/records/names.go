@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 )
 
 // Name prefixes of what the driver creates in a pool.
@@ -184,7 +184,7 @@ func (n Names) IsVolumeImage(name string) bool {
 }
 
 // Object names one of the instance's index objects in a pool.
-func (n Names) Object(base string) string { return config.InstanceObject(base, n.instance) }
+func (n Names) Object(base string) string { return cluster.InstanceObject(base, n.instance) }
 
 func isLowerHex(s string) bool {
 	for _, c := range s {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/lock"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
@@ -29,7 +29,7 @@ func TestRegisteredSteps(t *testing.T) {
 	obs := sweeps{done: make(chan error, 1)}
 	k := New(Options{
 		Backend: fake.New(fake.Options{Pools: []string{"rbd"}}), Locks: lock.New(), Names: records.NewNames("", nil),
-		Clusters: config.NewStaticClusterMap(nil), SweepInterval: time.Hour, Observer: obs,
+		Clusters: cluster.NewStaticMap(nil), SweepInterval: time.Hour, Observer: obs,
 	})
 	defer k.Close()
 	var mu sync.Mutex

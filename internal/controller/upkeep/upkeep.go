@@ -11,7 +11,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/kms"
 	"github.com/rbdcsi/rbdcsi/internal/lock"
@@ -70,7 +70,7 @@ func (NopObserver) RotationPassed(map[string]int, error) {}
 
 // Clusters lists the clusters of the cluster map.
 type Clusters interface {
-	All() []config.Cluster
+	All() []cluster.Cluster
 }
 
 // Fences drops the node registry's fence records whose blocklist entries
@@ -95,7 +95,7 @@ type Options struct {
 	Clusters Clusters
 	// Credentials are the controller's own (--controller-secret-dir). Nil:
 	// no periodic sweep and no KEK rotation, which need to list pools.
-	Credentials *config.Credentials
+	Credentials *cluster.Credentials
 	// SweepInterval: after a delete in a pool, and periodically in every
 	// pool when Credentials are set, what crashed or abandoned requests
 	// left is looked for at most this often (see sweeper). 0: never.
@@ -142,7 +142,7 @@ func (e *env) fault(point string) { e.o.Fault(point) }
 
 // OwnPools lists the pools of a cluster that could hold volumes (valid
 // names), with cred and the cluster's namespace.
-func OwnPools(ctx context.Context, backend rbd.Backend, cluster config.Cluster, cred config.Credentials) ([]rbd.Pool, error) {
+func OwnPools(ctx context.Context, backend rbd.Backend, cluster cluster.Cluster, cred cluster.Credentials) ([]rbd.Pool, error) {
 	names, err := backend.ListPools(ctx, cluster.MonHost(), cred)
 	if err != nil {
 		return nil, err
@@ -157,6 +157,6 @@ func OwnPools(ctx context.Context, backend rbd.Backend, cluster config.Cluster, 
 }
 
 // ownPools is OwnPools with the controller's own credentials.
-func (e *env) ownPools(ctx context.Context, cluster config.Cluster) ([]rbd.Pool, error) {
+func (e *env) ownPools(ctx context.Context, cluster cluster.Cluster) ([]rbd.Pool, error) {
 	return OwnPools(ctx, e.backend, cluster, *e.o.Credentials)
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/ceph/go-ceph/rados"
 	librbd "github.com/ceph/go-ceph/rbd"
 
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
@@ -54,7 +54,7 @@ func (b *Backend) observe(op string, took time.Duration, err error) {
 // when fn does or when ctx ends, whichever is first. librados' op timeouts
 // bound how long fn can outlive an abandoned request; the connection
 // reference is released only once fn has returned.
-func (b *Backend) withConn(ctx context.Context, monHost string, cred config.Credentials, op string, fn func(*rados.Conn) error) error {
+func (b *Backend) withConn(ctx context.Context, monHost string, cred cluster.Credentials, op string, fn func(*rados.Conn) error) error {
 	conn, release, err := b.conns.get(ctx, monHost, cred)
 	if err != nil {
 		b.observe(op, 0, err)
@@ -263,7 +263,7 @@ func (b *Backend) PoolAvailable(ctx context.Context, p rbd.Pool) (int64, error) 
 }
 
 // ListPools returns the cluster's pool names.
-func (b *Backend) ListPools(ctx context.Context, monHost string, cred config.Credentials) ([]string, error) {
+func (b *Backend) ListPools(ctx context.Context, monHost string, cred cluster.Credentials) ([]string, error) {
 	var pools []string
 	err := b.withConn(ctx, monHost, cred, "ListPools", func(conn *rados.Conn) error {
 		var err error

@@ -9,14 +9,14 @@ import (
 
 	"github.com/ceph/go-ceph/rados"
 
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
 // Blocklist adds addr to the OSD blocklist for expire ("osd blocklist
 // add", the spelling of Ceph 16 Pacific and later, which `mon 'profile
 // rbd'` allows for ip:port/nonce addresses).
-func (b *Backend) Blocklist(ctx context.Context, monHost string, cred config.Credentials, addr string, expire time.Duration) error {
+func (b *Backend) Blocklist(ctx context.Context, monHost string, cred cluster.Credentials, addr string, expire time.Duration) error {
 	if err := rbd.ValidClientAddr(addr); err != nil {
 		return err
 	}
@@ -44,7 +44,7 @@ func (b *Backend) Blocklist(ctx context.Context, monHost string, cred config.Cre
 // Unblocklist removes addr from the OSD blocklist ("osd blocklist rm",
 // which `mon 'profile rbd'` does not allow: the user needs
 // `allow command "osd blocklist" with blocklistop=rm`).
-func (b *Backend) Unblocklist(ctx context.Context, monHost string, cred config.Credentials, addr string) error {
+func (b *Backend) Unblocklist(ctx context.Context, monHost string, cred cluster.Credentials, addr string) error {
 	if err := rbd.ValidClientAddr(addr); err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/ceph/go-ceph/rados"
 	"k8s.io/klog/v2"
 
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
@@ -102,13 +102,13 @@ func (c *Conns) closeIfDrained() {
 	}
 }
 
-func cacheKey(monHost string, cred config.Credentials) string {
+func cacheKey(monHost string, cred cluster.Credentials) string {
 	sum := sha256.Sum256([]byte(monHost + "\x00" + cred.ID + "\x00" + cred.Key))
 	return hex.EncodeToString(sum[:])
 }
 
 // get returns a connected handle and a release function.
-func (c *Conns) get(ctx context.Context, monHost string, cred config.Credentials) (*rados.Conn, func(), error) {
+func (c *Conns) get(ctx context.Context, monHost string, cred cluster.Credentials) (*rados.Conn, func(), error) {
 	key := cacheKey(monHost, cred)
 	c.mu.Lock()
 	if c.closed {
@@ -149,10 +149,10 @@ func (c *Conns) get(ctx context.Context, monHost string, cred config.Credentials
 
 // connect runs apart from any request, so a request that gives up does not
 // leave a half-made entry; a failed entry is dropped for the next caller.
-func (c *Conns) connect(key string, e *connEntry, monHost string, cred config.Credentials) {
+func (c *Conns) connect(key string, e *connEntry, monHost string, cred cluster.Credentials) {
 	var conn *rados.Conn
 	var err error
-	if cred.KeyType() == config.KeyTypeAES256K && !c.keys.readsAES256K() {
+	if cred.KeyType() == cluster.KeyTypeAES256K && !c.keys.readsAES256K() {
 		err = fmt.Errorf("connecting to monitors %s: %w: %s", monHost, rbd.ErrUnusableKey, cred.AES256KHint())
 	} else {
 		conn, err = dial(monHost, cred, c.opts.OpTimeout)
@@ -173,7 +173,7 @@ func (c *Conns) connect(key string, e *connEntry, monHost string, cred config.Cr
 	close(e.ready)
 }
 
-func dial(monHost string, cred config.Credentials, timeout time.Duration) (*rados.Conn, error) {
+func dial(monHost string, cred cluster.Credentials, timeout time.Duration) (*rados.Conn, error) {
 	conn, err := rados.NewConnWithUser(cred.ID)
 	if err != nil {
 		return nil, fmt.Errorf("creating Ceph client: %w", classify(err))
@@ -206,7 +206,7 @@ func dial(monHost string, cred config.Credentials, timeout time.Duration) (*rado
 
 // unusableKey marks a failure that an AES256K key explains (a client that
 // reads such keys but a monitor that refuses them, say) as ErrUnusableKey.
-func unusableKey(cred config.Credentials, err error) error {
+func unusableKey(cred cluster.Credentials, err error) error {
 	if hinted := cred.UnusableKey(err); hinted != err {
 		return fmt.Errorf("%w: %w", rbd.ErrUnusableKey, hinted)
 	}

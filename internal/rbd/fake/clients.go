@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
@@ -51,7 +51,7 @@ func (c *Ceph) BreakLock(ctx context.Context, p rbd.Pool, name, addr string) err
 
 // Blocklist records the entry and drops the client's watches (not its
 // lock), as the OSDs do once they have the map with it.
-func (c *Ceph) Blocklist(ctx context.Context, _ string, _ config.Credentials, addr string, expire time.Duration) error {
+func (c *Ceph) Blocklist(ctx context.Context, _ string, _ cluster.Credentials, addr string, expire time.Duration) error {
 	if err := c.begin(ctx); err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func (c *Ceph) Blocklist(ctx context.Context, _ string, _ config.Credentials, ad
 }
 
 // Unblocklist drops the entry; a missing one is fine.
-func (c *Ceph) Unblocklist(ctx context.Context, _ string, _ config.Credentials, addr string) error {
+func (c *Ceph) Unblocklist(ctx context.Context, _ string, _ cluster.Credentials, addr string) error {
 	if err := c.begin(ctx); err != nil {
 		return err
 	}

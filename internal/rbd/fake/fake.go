@@ -20,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
@@ -45,7 +45,7 @@ type Options struct {
 
 // Ceph is a client of one in-memory cluster. It is safe for concurrent use.
 type Ceph struct {
-	*cluster
+	*shared
 	fault func(string)
 	// addr is this client's address, as Watchers and the blocklist name it.
 	addr string
@@ -53,8 +53,8 @@ type Ceph struct {
 	groupSnaps error
 }
 
-// cluster is the state every client of one fake cluster shares.
-type cluster struct {
+// shared is the state every client of one fake cluster shares.
+type shared struct {
 	now   func() time.Time
 	avail int64
 
@@ -140,8 +140,8 @@ func New(o Options) *Ceph {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	cl := &cluster{now: o.Now, avail: o.Available, pools: map[string]*pool{}, blocklist: map[string]time.Time{}}
-	c := &Ceph{cluster: cl, fault: o.Fault, addr: cl.newAddr()}
+	cl := &shared{now: o.Now, avail: o.Available, pools: map[string]*pool{}, blocklist: map[string]time.Time{}}
+	c := &Ceph{shared: cl, fault: o.Fault, addr: cl.newAddr()}
 	if o.NoGroupSnapshots {
 		c.groupSnaps = fmt.Errorf("%w: this fake client's library has no group snapshots (Options.NoGroupSnapshots, as Pacific's and Reef's librbd)", rbd.ErrNotSupported)
 	}
@@ -158,12 +158,12 @@ func (c *Ceph) Client(fault func(point string)) *Ceph {
 	if fault == nil {
 		fault = func(string) {}
 	}
-	return &Ceph{cluster: c.cluster, fault: fault, addr: c.newAddr(), groupSnaps: c.groupSnaps}
+	return &Ceph{shared: c.shared, fault: fault, addr: c.newAddr(), groupSnaps: c.groupSnaps}
 }
 
 // newAddr makes the address of a new client instance: the same host,
 // another nonce, as real clients get.
-func (c *cluster) newAddr() string {
+func (c *shared) newAddr() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.nonces++
@@ -263,7 +263,7 @@ func (s *space) byID(id string) (*image, error) {
 }
 
 // ListPools returns the pool names, sorted.
-func (c *Ceph) ListPools(ctx context.Context, _ string, _ config.Credentials) ([]string, error) {
+func (c *Ceph) ListPools(ctx context.Context, _ string, _ cluster.Credentials) ([]string, error) {
 	if err := c.begin(ctx); err != nil {
 		return nil, err
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
@@ -41,7 +41,7 @@ type Target struct {
 	Blocklisted func(t *testing.T) []string
 	// Unblocklister may lift blocklist entries, which Pool.Cred (the CSI
 	// user, mon 'profile rbd') may only add.
-	Unblocklister config.Credentials
+	Unblocklister cluster.Credentials
 }
 
 // Run runs the suite; newTarget is called once per case.

@@ -1,6 +1,10 @@
-// Package config loads the cluster map (clusterID -> monitors) and parses
-// what arrives with each request: StorageClass parameters and CSI secrets.
-package config
+// Package cluster is the vocabulary of the Ceph clusters the driver
+// serves: the cluster map (clusterID -> monitors, RADOS namespace), the
+// credentials of a Ceph user, and the instance naming that keeps several
+// Kubernetes clusters' objects in one pool apart. The storage contract,
+// the node registry and the mappers need it without StorageClass
+// parameters (internal/config).
+package cluster
 
 import (
 	"encoding/json"
@@ -34,14 +38,14 @@ type RBD struct {
 // Namespace is the RADOS namespace of the cluster's volumes ("" = default).
 func (c Cluster) Namespace() string { return c.RBD.RadosNamespace }
 
-// ErrUnknownCluster is returned by Lookup for a clusterID not in the map.
-var ErrUnknownCluster = errors.New("unknown clusterID")
+// ErrUnknown is returned by Lookup for a clusterID not in the map.
+var ErrUnknown = errors.New("unknown clusterID")
 
 // maxMapBytes bounds what we read, so a wrong path cannot eat memory.
 const maxMapBytes = 1 << 20
 
-// ParseClusters decodes and validates a cluster map document.
-func ParseClusters(data []byte) ([]Cluster, error) {
+// ParseMap decodes and validates a cluster map document.
+func ParseMap(data []byte) ([]Cluster, error) {
 	if len(data) > maxMapBytes {
 		return nil, fmt.Errorf("cluster map is larger than %d bytes", maxMapBytes)
 	}
@@ -97,10 +101,10 @@ func validMonitor(m string) error {
 // MonHost is the monitors joined the way Ceph's mon_host option takes them.
 func (c Cluster) MonHost() string { return strings.Join(c.Monitors, ",") }
 
-// ClusterMap serves the cluster map from a file and picks up changes to it
+// Map serves the cluster map from a file and picks up changes to it
 // (a mounted ConfigMap is updated in place), keeping the last good map when
 // a new version does not parse.
-type ClusterMap struct {
+type Map struct {
 	path     string
 	interval time.Duration
 
@@ -112,9 +116,9 @@ type ClusterMap struct {
 	loadErr  error
 }
 
-// LoadClusterMap reads the map at path; it fails if the first read fails.
-func LoadClusterMap(path string) (*ClusterMap, error) {
-	m := &ClusterMap{path: path, interval: time.Second}
+// LoadMap reads the map at path; it fails if the first read fails.
+func LoadMap(path string) (*Map, error) {
+	m := &Map{path: path, interval: time.Second}
 	m.refresh(time.Now())
 	if m.loadErr != nil {
 		return nil, m.loadErr
@@ -122,16 +126,16 @@ func LoadClusterMap(path string) (*ClusterMap, error) {
 	return m, nil
 }
 
-// NewStaticClusterMap serves a fixed map (for tests and embedding).
-func NewStaticClusterMap(clusters []Cluster) *ClusterMap {
-	m := &ClusterMap{clusters: map[string]Cluster{}}
+// NewStaticMap serves a fixed map (for tests and embedding).
+func NewStaticMap(clusters []Cluster) *Map {
+	m := &Map{clusters: map[string]Cluster{}}
 	for _, c := range clusters {
 		m.clusters[c.ClusterID] = c
 	}
 	return m
 }
 
-func (m *ClusterMap) refresh(now time.Time) {
+func (m *Map) refresh(now time.Time) {
 	if m.path == "" || now.Sub(m.checked) < m.interval {
 		return
 	}
@@ -147,7 +151,7 @@ func (m *ClusterMap) refresh(now time.Time) {
 	data, err := os.ReadFile(m.path)
 	if err == nil {
 		var list []Cluster
-		if list, err = ParseClusters(data); err == nil {
+		if list, err = ParseMap(data); err == nil {
 			m.clusters = map[string]Cluster{}
 			for _, c := range list {
 				m.clusters[c.ClusterID] = c
@@ -160,19 +164,19 @@ func (m *ClusterMap) refresh(now time.Time) {
 }
 
 // Lookup returns the cluster with the given ID.
-func (m *ClusterMap) Lookup(id string) (Cluster, error) {
+func (m *Map) Lookup(id string) (Cluster, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.refresh(time.Now())
 	c, ok := m.clusters[id]
 	if !ok {
-		return Cluster{}, fmt.Errorf("%w %q: it is not in the cluster map", ErrUnknownCluster, id)
+		return Cluster{}, fmt.Errorf("%w %q: it is not in the cluster map", ErrUnknown, id)
 	}
 	return c, nil
 }
 
 // All returns every cluster, in no particular order.
-func (m *ClusterMap) All() []Cluster {
+func (m *Map) All() []Cluster {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.refresh(time.Now())
@@ -185,7 +189,7 @@ func (m *ClusterMap) All() []Cluster {
 
 // Health is nil when the map on disk is loaded and valid; otherwise it says
 // why not (the driver keeps serving the last good map meanwhile).
-func (m *ClusterMap) Health() error {
+func (m *Map) Health() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.refresh(time.Now())
