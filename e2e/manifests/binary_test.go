@@ -107,9 +107,9 @@ rbdplugin: flag: help requested
 // the binary defines, and the values the binary checks are valid.
 func TestPluginFlagsExist(t *testing.T) {
 	flags := loadPluginFlags(t)
-	m := loadAll(t).inDir(kubernetesDir)
+	m := installed(t)
 	if checkPluginFlags(t, kubernetesDir, workloads(m), flags) == 0 {
-		t.Fatal("no plugin container found in deploy/kubernetes")
+		t.Fatal("no plugin container in what deploy/site installs")
 	}
 }
 

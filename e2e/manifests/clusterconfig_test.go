@@ -17,7 +17,7 @@ import (
 // and the controller's --controller-secret-dir a mounted Secret with
 // userID and userKey.
 func TestClusterConfigAndSecret(t *testing.T) {
-	m := loadAll(t).inDir(kubernetesDir)
+	m := installed(t)
 	cms, _ := all[*corev1.ConfigMap](m)
 	secrets, _ := all[*corev1.Secret](m)
 	defaults := loadPluginFlags(t)
@@ -104,7 +104,7 @@ func mountedObject[T interface {
 	}
 	var none T
 	if obj = findNamed(list, w.namespace, name); obj == none {
-		t.Errorf("%s: %s %s/%s is not in deploy/kubernetes", w.name, kind, w.namespace, name)
+		t.Errorf("%s: %s %s/%s is not installed by deploy/site", w.name, kind, w.namespace, name)
 		return obj, "", false
 	}
 	return obj, rel, true

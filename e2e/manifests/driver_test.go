@@ -14,7 +14,7 @@ import (
 // VolumeSnapshotClass, every plugin container's --drivername, the kubelet
 // plugin directory and the binary's default all name the same driver.
 func TestOneDriverName(t *testing.T) {
-	m := loadAll(t).inDir(kubernetesDir)
+	m := installed(t)
 	name := only[*storagev1.CSIDriver](t, m, "CSIDriver").Name
 
 	if def := loadPluginFlags(t)["drivername"]; def != name {
@@ -53,7 +53,7 @@ func TestOneDriverName(t *testing.T) {
 
 // TestCSIDriverSpec pins the CSIDriver fields the driver relies on.
 func TestCSIDriverSpec(t *testing.T) {
-	drivers, _ := all[*storagev1.CSIDriver](loadAll(t).inDir(kubernetesDir))
+	drivers, _ := all[*storagev1.CSIDriver](installed(t))
 	for _, d := range drivers {
 		s := d.Spec
 		if s.AttachRequired == nil || !*s.AttachRequired {

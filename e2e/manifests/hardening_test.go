@@ -17,7 +17,7 @@ import (
 // can read through fsGroup.
 func TestControllerRunsRestricted(t *testing.T) {
 	found := false
-	for _, w := range workloads(loadAll(t).inDir(kubernetesDir)) {
+	for _, w := range workloads(installed(t)) {
 		if mustFlags(t, oneContainer(t, w, pluginRepo))["mode"] != "controller" {
 			continue
 		}
@@ -80,7 +80,7 @@ func TestImageUser(t *testing.T) {
 	if !ok || uid == "0" || gid == "0" || strings.Trim(uid+gid, "0123456789") != "" {
 		t.Fatalf("build/Dockerfile: USER %q, want a numeric non-root uid:gid (runAsNonRoot can only check a number)", user)
 	}
-	for _, w := range workloads(loadAll(t).inDir(kubernetesDir)) {
+	for _, w := range workloads(installed(t)) {
 		plugin := oneContainer(t, w, pluginRepo)
 		runAs := func(pick func(*corev1.PodSecurityContext) *int64, pickC func(*corev1.SecurityContext) *int64) string {
 			if plugin.SecurityContext != nil && pickC(plugin.SecurityContext) != nil {

@@ -13,7 +13,7 @@ import (
 // or a StorageClass uses: those users can remove images and write
 // attachment records.
 func TestNodeHasItsOwnCephUser(t *testing.T) {
-	m := loadAll(t).inDir(kubernetesDir)
+	m := installed(t)
 	secrets, _ := all[*corev1.Secret](m)
 	classes, _ := all[*storagev1.StorageClass](m)
 	privileged := map[string]string{} // Secret name -> who uses it

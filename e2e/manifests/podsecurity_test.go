@@ -22,7 +22,7 @@ var levels = []psa.Level{psa.LevelRestricted, psa.LevelBaseline, psa.LevelPrivil
 // So the controller's namespace is "restricted" and only the node plugin's
 // is "privileged".
 func TestPodSecurity(t *testing.T) {
-	m := loadAll(t).inDir(kubernetesDir)
+	m := installed(t)
 	namespaces, _ := all[*corev1.Namespace](m)
 	enforced := map[string]psa.Level{}
 	for _, ns := range namespaces {

@@ -14,7 +14,7 @@ import (
 // listeners share a port in a pod; Services select the pods and name their
 // ports.
 func TestHealthAndMetricsWiring(t *testing.T) {
-	m := loadAll(t).inDir(kubernetesDir)
+	m := installed(t)
 	ws := workloads(m)
 	for _, w := range ws {
 		plugin := oneContainer(t, w, pluginRepo)

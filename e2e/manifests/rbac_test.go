@@ -221,7 +221,7 @@ func grantsOf(t *testing.T, m *manifests, ns, sa string) map[grant]bool {
 // document, and nothing they do not (least privilege). Secrets are
 // readable only in the namespace, never cluster-wide; leases likewise.
 func TestRBAC(t *testing.T) {
-	m := loadAll(t).inDir(kubernetesDir)
+	m := installed(t)
 	sas := map[string]bool{}
 	for _, w := range workloads(m) {
 		sa := w.spec.ServiceAccountName
@@ -329,7 +329,7 @@ func TestRBAC(t *testing.T) {
 // its documented cluster-wide rules and nothing else, so the roles stay
 // readable and removable one sidecar at a time.
 func TestRBACPerSidecar(t *testing.T) {
-	m := loadAll(t).inDir(kubernetesDir)
+	m := installed(t)
 	crs, _ := all[*rbacv1.ClusterRole](m)
 	for repo, doc := range documentedRBAC {
 		if doc.clusterRole == "" {
@@ -410,7 +410,7 @@ func objMeta(ns, name string) metav1.ObjectMeta { return metav1.ObjectMeta{Names
 // TestResizerWatchesNoPods: the resizer's role grants no pods, which holds
 // only while it runs with --handle-volume-inuse-error=false.
 func TestResizerWatchesNoPods(t *testing.T) {
-	for _, w := range workloads(loadAll(t).inDir(kubernetesDir)) {
+	for _, w := range workloads(installed(t)) {
 		for _, c := range w.spec.Containers {
 			if strings.HasPrefix(c.Image, resizerRepo+":") && mustFlags(t, c)["handle-volume-inuse-error"] != "false" {
 				t.Errorf("%s/%s: needs --handle-volume-inuse-error=false (its role has no pods rule)", w.name, c.Name)

@@ -19,7 +19,7 @@ var sidecarSecretOps = []string{"provisioner", "controller-publish", "controller
 // Secrets the StorageClasses and VolumeSnapshotClasses name for its
 // sidecars, by name, and no other Secret of their namespace.
 func TestSecretReaderNamesItsSecrets(t *testing.T) {
-	m := loadAll(t).inDir(kubernetesDir)
+	m := installed(t)
 	ctrl := only[*appsv1.Deployment](t, m, "Deployment")
 	sa, ns := ctrl.Spec.Template.Spec.ServiceAccountName, ctrl.Namespace
 

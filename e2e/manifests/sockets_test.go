@@ -20,7 +20,7 @@ const (
 // connects, on a volume they share; the registrar tells kubelet the host
 // path of that same socket and registers in kubelet's registry.
 func TestSocketPaths(t *testing.T) {
-	m := loadAll(t).inDir(kubernetesDir)
+	m := installed(t)
 	ws := workloads(m)
 	if len(ws) != 2 {
 		t.Fatalf("%d workloads, want the controller Deployment and the node DaemonSet", len(ws))

@@ -43,7 +43,7 @@ func checkSidecarKeys(t *testing.T, what string, params map[string]string) {
 // with userID/userKey, expansion is allowed, and there is one class each
 // for ext4, xfs and raw block.
 func TestStorageClasses(t *testing.T) {
-	m := loadAll(t).inDir(kubernetesDir)
+	m := installed(t)
 	scs, _ := all[*storagev1.StorageClass](m)
 	secrets, _ := all[*corev1.Secret](m)
 	cms, _ := all[*corev1.ConfigMap](m)
@@ -105,7 +105,7 @@ func checkSecretRef(t *testing.T, what string, params map[string]string, op stri
 	}
 	s := findNamed(secrets, ns, name)
 	if s == nil {
-		t.Errorf("%s: %s secret %s/%s is not in deploy/kubernetes", what, op, ns, name)
+		t.Errorf("%s: %s secret %s/%s is not installed by deploy/site", what, op, ns, name)
 		return
 	}
 	if _, err := cluster.CredentialsFromSecrets(secretData(s)); err != nil {

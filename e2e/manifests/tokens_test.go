@@ -13,7 +13,7 @@ import (
 func TestTokensOnlyWhereTheAPIIsCalled(t *testing.T) {
 	const tokenDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 	callers := []string{provisionerRepo, attacherRepo, resizerRepo, snapshotterRepo}
-	for _, w := range workloads(loadAll(t).inDir(kubernetesDir)) {
+	for _, w := range workloads(installed(t)) {
 		if a := w.spec.AutomountServiceAccountToken; a == nil || *a {
 			t.Errorf("%s: automountServiceAccountToken must be false", w.name)
 		}

@@ -46,10 +46,10 @@ func TestTopologyComponent(t *testing.T) {
 	if len(role.Rules) != 1 || !slices.Equal(role.Rules[0].APIGroups, []string{""}) || !slices.Equal(role.Rules[0].Resources, []string{"nodes"}) || !slices.Equal(role.Rules[0].Verbs, []string{"get"}) {
 		t.Errorf("ClusterRole %s may do more than get nodes: %+v", role.Name, role.Rules)
 	}
-	m := loadAll(t).inDir(kubernetesDir)
+	m := installed(t)
 	dss, _ := all[*appsv1.DaemonSet](m)
 	if len(dss) != 1 {
-		t.Fatalf("want one DaemonSet in deploy/kubernetes, have %d", len(dss))
+		t.Fatalf("want one DaemonSet installed by deploy/site, have %d", len(dss))
 	}
 	ds := dss[0]
 	sa := ds.Spec.Template.Spec.ServiceAccountName

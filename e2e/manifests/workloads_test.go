@@ -36,7 +36,7 @@ func privileged(c corev1.Container) bool {
 // TestControllerDeployment: two replicas, every sidecar elects a leader,
 // plugin in controller mode, all sidecars present.
 func TestControllerDeployment(t *testing.T) {
-	d := only[*appsv1.Deployment](t, loadAll(t).inDir(kubernetesDir), "Deployment")
+	d := only[*appsv1.Deployment](t, installed(t), "Deployment")
 	w := asWorkload(t, d, d.Spec.Selector)
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
 		t.Errorf("controller replicas = %s, want 2", fmtPtr(d.Spec.Replicas))
@@ -62,7 +62,7 @@ func TestControllerDeployment(t *testing.T) {
 // node name from the downward API, the host directories it needs, and the
 // state directory on the host.
 func TestNodeDaemonSet(t *testing.T) {
-	ds := only[*appsv1.DaemonSet](t, loadAll(t).inDir(kubernetesDir), "DaemonSet")
+	ds := only[*appsv1.DaemonSet](t, installed(t), "DaemonSet")
 	w := asWorkload(t, ds, ds.Spec.Selector)
 	if !w.spec.HostNetwork {
 		t.Error("node pod: hostNetwork must be true")
