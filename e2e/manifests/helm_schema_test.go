@@ -16,18 +16,20 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/config"
 )
 
 // TestHelmSchemaRefusesBadValues: each mistake below, laid over
-// helm/values/kubernetes.yaml, makes `helm template` fail with a message
+// helm/values/site.yaml, makes `helm template` fail with a message
 // that names it: values.schema.json for what a schema can say, the
 // chart's "rbdcsi.validate" template for what it cannot (cross-field
 // rules). The messages are logged so a reader can judge them.
 func TestHelmSchemaRefusesBadValues(t *testing.T) {
-	base := filepath.Join(helmValuesDir, "kubernetes.yaml")
+	base := filepath.Join(helmValuesDir, "site.yaml")
 	for _, tc := range []struct {
 		name, values string
 		want         string // in helm's error output; "" for values that must pass
@@ -39,6 +41,16 @@ storageClasses:
   - {name: zoned, parameters: {topologyConstrainedPools: '[{"poolName":"a"}]'}}
 volumeAttributesClasses: [{name: gold, parameters: {maxIops: "5000"}}]
 `, ""},
+		{"a parent chart's globals", "global: {imageRegistry: mirror.example.org, storageClass: fast}", ""},
+		{"names overridden", "nameOverride: ceph-rbd\nfullnameOverride: storage", ""},
+		{"a tenant's RADOS namespace", `clusters:
+  - {clusterID: ceph1, monitors: ["10.0.0.1"]}
+  - {clusterID: ceph1-t1, monitors: ["10.0.0.1"], radosNamespace: t1}
+storageClasses: [{name: t1, clusterID: ceph1-t1, fsType: ext4}]`, ""},
+		{"nameOverride not a DNS label", "nameOverride: Ceph_RBD", "'/nameOverride': 'Ceph_RBD' does not match pattern"},
+		{"radosNamespace with a slash", `clusters: [{clusterID: ceph1, monitors: ["10.0.0.1"], radosNamespace: a/b}]`,
+			"'/clusters/0/radosNamespace': 'a/b' does not match pattern"},
+		{"no pool and no node registry", "pool: null", "nodeRegistry is empty and so is pool"},
 		{"typo at the top", "controler: {replicas: 1}", "additional properties 'controler' not allowed"},
 		{"unknown controller key", "controller: {replica: 1}", "additional properties 'replica' not allowed"},
 		{"replicas not a number", "controller: {replicas: two}", "'/controller/replicas': got string, want integer"},
@@ -61,8 +73,8 @@ nodeRegistry: a/rbd`, `clusterID "a" is listed twice`},
 			`storageClasses a: clusterID "nope" is not in clusters`},
 		{"created Secret without a key", `secrets: {controller: {create: true, userKey: ""}}`,
 			"secrets.controller: create is true, so userID and userKey are needed"},
-		{"StorageClass without a pool", "storageClasses: [{name: a}]",
-			"storageClasses a: needs pool, or parameters.topologyConstrainedPools"},
+		{"StorageClass without a pool", "pool: null\nnodeRegistry: ceph1/rbd\nstorageClasses: [{name: a}]",
+			"storageClasses a: needs pool (or the top-level pool), or parameters.topologyConstrainedPools"},
 		{"negative QoS limit", "storageClasses: [{name: a, pool: rbd, parameters: {maxIops: -5}}]",
 			"'/storageClasses/0/parameters/maxIops': minimum: got -5, want 0"},
 		{"extraArgs not a flag", "controller: {extraArgs: [foo]}", "'/controller/extraArgs/0': 'foo' does not match pattern"},
@@ -211,17 +223,49 @@ var helmSanity = map[string]func(*testing.T, *rendered){
 		if len(r.monitors) != 2 {
 			t.Errorf("%d ServiceMonitors, want 2 (controller and node)", len(r.monitors))
 		}
-	},
-	"minimal.yaml": func(t *testing.T, r *rendered) {
-		scs, _ := all[*storagev1.StorageClass](r.manifests)
-		defaults := 0
-		for _, sc := range scs {
-			if sc.Annotations["storageclass.kubernetes.io/is-default-class"] == "true" {
-				defaults++
+		// The tenant's clusterID keeps its volumes in its RADOS namespace.
+		cms, _ := all[*corev1.ConfigMap](r.manifests)
+		for _, cm := range cms {
+			clusters, err := cluster.ParseMap([]byte(cm.Data["cluster-config.json"]))
+			if err != nil {
+				t.Fatalf("ConfigMap %s/%s: %v", cm.Namespace, cm.Name, err)
+			}
+			i := slices.IndexFunc(clusters, func(c cluster.Cluster) bool { return c.ClusterID == "west-tenant-a" })
+			if i < 0 || clusters[i].Namespace() != "tenant-a" {
+				t.Errorf("ConfigMap %s/%s: no cluster west-tenant-a in RADOS namespace tenant-a: %s", cm.Namespace, cm.Name, cm.Data["cluster-config.json"])
 			}
 		}
-		if defaults != 1 {
-			t.Errorf("%d default StorageClasses, want 1", defaults)
+		// fullnameOverride names every object the chart names itself.
+		for _, w := range workloads(r.manifests) {
+			if !strings.HasPrefix(w.name, "Deployment/storage-rbd-") && !strings.HasPrefix(w.name, "DaemonSet/storage-rbd-") {
+				t.Errorf("%s: not named after fullnameOverride storage-rbd", w.name)
+			}
+		}
+	},
+	"minimal.yaml": func(t *testing.T, r *rendered) {
+		// The default classes, in the pool given, beside the registry.
+		scs, _ := all[*storagev1.StorageClass](r.manifests)
+		var names []string
+		for _, sc := range scs {
+			names = append(names, sc.Name)
+			if sc.Parameters["clusterID"] != "ceph1" || sc.Parameters["pool"] != "kubernetes" {
+				t.Errorf("StorageClass %s: %s/%s, want the only cluster and the pool of minimal.yaml (ceph1/kubernetes)",
+					sc.Name, sc.Parameters["clusterID"], sc.Parameters["pool"])
+			}
+		}
+		if slices.Sort(names); !slices.Equal(names, []string{"rbdcsi-block", "rbdcsi-ext4", "rbdcsi-xfs"}) {
+			t.Errorf("StorageClasses %v, want rbdcsi-block, rbdcsi-ext4 and rbdcsi-xfs", names)
+		}
+		for _, w := range workloads(r.manifests) {
+			if got := mustFlags(t, pluginContainer(t, w.spec))["node-registry"]; got != "ceph1/kubernetes" {
+				t.Errorf("%s: --node-registry=%s, want ceph1/kubernetes (the first cluster and the pool)", w.name, got)
+			}
+		}
+		// Existing Secrets and node namespace: none is rendered.
+		for _, o := range r.objects {
+			if o.gvk.Kind == "Secret" || o.gvk.Kind == "Namespace" {
+				t.Errorf("%s: rendered, though the Secrets and the node namespace are made before helm install", o)
+			}
 		}
 	},
 }

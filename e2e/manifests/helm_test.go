@@ -58,11 +58,26 @@ func runHelm(t *testing.T, args ...string) (stdout []byte, stderr string, err er
 	return out.Bytes(), errOut.String(), err
 }
 
+// helmCRDKinds are the kinds of CRDs the chart's objects need, which
+// `helm install` finds in the cluster and `helm template` is told of.
+var helmCRDKinds = []string{"snapshot.storage.k8s.io/v1/VolumeSnapshotClass", "monitoring.coreos.com/v1/ServiceMonitor"}
+
 // helmTemplate renders the chart as release rbdcsi in namespace rbdcsi
-// with the value files in order (later ones override earlier ones).
+// with the value files in order (later ones override earlier ones), for a
+// cluster with the CRDs the chart may need.
 func helmTemplate(t *testing.T, valueFiles ...string) ([]byte, string, error) {
 	t.Helper()
+	return helmTemplateFor(t, helmCRDKinds, valueFiles...)
+}
+
+// helmTemplateFor renders as helmTemplate does, for a cluster that has the
+// CRD kinds given (group/version/Kind) beside the built-in ones.
+func helmTemplateFor(t *testing.T, crdKinds []string, valueFiles ...string) ([]byte, string, error) {
+	t.Helper()
 	args := []string{"template", helmRelease, helmChart, "-n", helmNamespace, "--kube-version", helmKubeVersion}
+	for _, k := range crdKinds {
+		args = append(args, "--api-versions", k)
+	}
 	for _, f := range valueFiles {
 		args = append(args, "-f", f)
 	}
@@ -102,16 +117,18 @@ type serviceMonitor struct {
 	} `json:"spec"`
 }
 
-// rendered is one `helm template` output, decoded.
+// rendered is one `helm template` output, decoded, and the name its
+// objects share (app.kubernetes.io/name: nameOverride, or the chart's).
 type rendered struct {
 	*manifests
 	monitors []serviceMonitor
+	name     string
 }
 
 var helmSource = regexp.MustCompile(`(?m)^# Source: (\S+)`)
 
 // renderValues renders with the value files and decodes every document as
-// strictly as loadAll decodes deploy/kubernetes; any failure stops t.
+// strictly as loadAll decodes the manifest files; any failure stops t.
 func renderValues(t *testing.T, valueFiles ...string) *rendered {
 	t.Helper()
 	out, stderr, err := helmTemplate(t, valueFiles...)
@@ -125,7 +142,22 @@ func renderValues(t *testing.T, valueFiles ...string) *rendered {
 		}
 		return where
 	}
-	r := &rendered{manifests: &manifests{}}
+	r := &rendered{manifests: &manifests{}, name: "rbdcsi"}
+	for _, f := range valueFiles {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v struct {
+			NameOverride string `json:"nameOverride"`
+		}
+		if err := yaml.Unmarshal(data, &v); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if v.NameOverride != "" {
+			r.name = v.NameOverride
+		}
+	}
 	// ServiceMonitors are not in the scheme: decoded on their own.
 	takeMonitor := func(file string, i int, doc []byte) bool {
 		var tm struct{ APIVersion, Kind string }
@@ -178,6 +210,7 @@ func TestHelmTemplateDecodesStrictly(t *testing.T) {
 			}
 			checkPinnedImages(t, r)
 			checkHelmLabels(t, r)
+			checkReferences(t, r)
 			checkClassParams(t, r)
 			checkServiceMonitors(t, r)
 			if check := helmSanity[filepath.Base(f)]; check != nil {
@@ -214,7 +247,7 @@ func checkPinnedImages(t *testing.T, r *rendered) {
 // Helm's managed-by, so `kubectl get -l` finds all of a release.
 func checkHelmLabels(t *testing.T, r *rendered) {
 	t.Helper()
-	want := map[string]string{"app.kubernetes.io/name": "rbdcsi", "app.kubernetes.io/managed-by": "Helm"}
+	want := map[string]string{"app.kubernetes.io/name": r.name, "app.kubernetes.io/managed-by": "Helm"}
 	check := func(where string, labels map[string]string) {
 		for k, v := range want {
 			if labels[k] != v {
@@ -276,15 +309,16 @@ func subset(sel, labels map[string]string) bool {
 	return true
 }
 
-// TestHelmRendersDeployKubernetes: with helm/values/kubernetes.yaml the
-// chart renders exactly the objects of deploy/kubernetes (less the release
-// namespace, which exists before `helm install`), field for field. This is
-// what keeps the chart and the plain manifests from drifting apart.
-func TestHelmRendersDeployKubernetes(t *testing.T) {
-	values := filepath.Join(helmValuesDir, "kubernetes.yaml")
-	want := comparableObjects(t, loadAll(t).inDir(kubernetesDir), false)
+// TestHelmRendersDeploySite: with helm/values/site.yaml the chart renders
+// exactly the objects an install with kustomize applies (deploy/site as
+// shipped, and deploy/snapshotclass; less the release namespace, which
+// exists before `helm install`), field for field. This is what keeps the
+// chart and the plain manifests from drifting apart.
+func TestHelmRendersDeploySite(t *testing.T) {
+	values := filepath.Join(helmValuesDir, "site.yaml")
+	want := comparableObjects(t, installed(t), false)
 	if len(want) == 0 {
-		t.Fatal("no objects in deploy/kubernetes")
+		t.Fatal("no objects in deploy/site's build")
 	}
 	for _, p := range compareObjects(want, comparableObjects(t, renderValues(t, values).manifests, true)) {
 		t.Error(p)
@@ -296,7 +330,7 @@ func TestHelmRendersDeployKubernetes(t *testing.T) {
 		for overlay, wantProblem := range map[string]string{
 			"controller: {logLevel: 3}":                                      "Deployment rbdcsi/rbdcsi-controller: spec.template.spec.containers[0].args[",
 			"metrics: {enabled: false}":                                      "Service rbdcsi/rbdcsi-controller-metrics: not rendered",
-			"volumeAttributesClasses: [{name: x, parameters: {maxIops: 1}}]": "VolumeAttributesClass /x: rendered, but not in deploy/kubernetes",
+			"volumeAttributesClasses: [{name: x, parameters: {maxIops: 1}}]": "VolumeAttributesClass /x: rendered, but not in deploy/site's build",
 		} {
 			file := filepath.Join(t.TempDir(), "drift.yaml")
 			if err := os.WriteFile(file, []byte(overlay+"\n"), 0o600); err != nil {
@@ -342,7 +376,20 @@ func comparableObjects(t *testing.T, m *manifests, fromHelm bool) map[string]map
 // YAML compare equal (0440 and 288, quoted and bare numbers).
 func plainObject(t *testing.T, o object, fromHelm bool) map[string]any {
 	t.Helper()
-	data, err := json.Marshal(o.obj)
+	obj := o.obj
+	// A Secret's stringData is data once applied, as the API server keeps it.
+	if s, ok := obj.(*corev1.Secret); ok && len(s.StringData) > 0 {
+		s = s.DeepCopy()
+		if s.Data == nil {
+			s.Data = map[string][]byte{}
+		}
+		for k, v := range s.StringData {
+			s.Data[k] = []byte(v)
+		}
+		s.StringData = nil
+		obj = s
+	}
+	data, err := json.Marshal(obj)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +436,7 @@ func compareObjects(files, chart map[string]map[string]any) []string {
 	}
 	for key := range chart {
 		if _, ok := files[key]; !ok {
-			problems = append(problems, key+": rendered, but not in deploy/kubernetes")
+			problems = append(problems, key+": rendered, but not in deploy/site's build")
 		}
 	}
 	sort.Strings(problems)
@@ -397,7 +444,7 @@ func compareObjects(files, chart map[string]map[string]any) []string {
 }
 
 // diffPaths appends "path: file has X, chart has Y" for each leaf where a
-// (deploy/kubernetes) and b (the chart) differ.
+// (deploy/site's build) and b (the chart) differ.
 func diffPaths(at string, a, b any, out *[]string) {
 	switch a := a.(type) {
 	case map[string]any:
@@ -430,7 +477,7 @@ func diffPaths(at string, a, b any, out *[]string) {
 		}
 	}
 	if !reflect.DeepEqual(a, b) {
-		*out = append(*out, fmt.Sprintf("%s: deploy/kubernetes has %s, chart has %s", at, compact(a), compact(b)))
+		*out = append(*out, fmt.Sprintf("%s: deploy/site has %s, chart has %s", at, compact(a), compact(b)))
 	}
 }
 

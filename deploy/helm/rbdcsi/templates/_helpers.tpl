@@ -1,16 +1,38 @@
+{{/* The name the objects share as app.kubernetes.io/name. */}}
+{{- define "rbdcsi.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The prefix of the objects' names: the release name, with the chart's
+     name after it unless it holds it already (release rbdcsi: rbdcsi-...).
+     At most 40 characters, so the longest suffix keeps names within 63. */}}
+{{- define "rbdcsi.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "rbdcsi.name" . -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Labels of every object: the name the manifests share, plus Helm's. */}}
 {{- define "rbdcsi.labels" -}}
-app.kubernetes.io/name: rbdcsi
+app.kubernetes.io/name: {{ include "rbdcsi.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
-{{/* Selector labels of a component's pods (immutable once deployed). */}}
+{{/* Selector labels of a component's pods (immutable once deployed), from
+     (dict "root" $ "component" "controller"). */}}
 {{- define "rbdcsi.selector" -}}
-app.kubernetes.io/name: rbdcsi
-app.kubernetes.io/component: {{ . }}
+app.kubernetes.io/name: {{ include "rbdcsi.name" .root }}
+app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/* An image reference from images.<name>: the digest when set, else the tag. */}}
@@ -28,7 +50,30 @@ app.kubernetes.io/component: {{ . }}
 {{ .Values.node.kubeletDir }}/plugins/{{ .Values.driverName }}
 {{- end -}}
 
-{{/* Refuses settings the schema cannot express. */}}
+{{/* clusterID/pool of the node registry: nodeRegistry, or the first
+     cluster and the default pool. */}}
+{{- define "rbdcsi.nodeRegistry" -}}
+{{- if .Values.nodeRegistry -}}
+{{- .Values.nodeRegistry -}}
+{{- else if and .Values.clusters .Values.pool -}}
+{{- printf "%s/%s" (first .Values.clusters).clusterID .Values.pool -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The pool of a StorageClass entry: its own; else, unless
+     topologyConstrainedPools places its volumes, the default pool. */}}
+{{- define "rbdcsi.classPool" -}}
+{{- if .class.pool -}}
+{{- .class.pool -}}
+{{- else if not (and .class.parameters .class.parameters.topologyConstrainedPools) -}}
+{{- .root.Values.pool | default "" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Refuses settings the schema cannot express, and an install into a
+     cluster that lacks the kinds the values ask for (helm template and
+     helm install --dry-run=client know a cluster's kinds only from
+     --api-versions). helm lint renders neither as install nor upgrade. */}}
 {{- define "rbdcsi.validate" -}}
 {{- if and (gt (int .Values.controller.replicas) 1) (not .Values.controller.leaderElection.enabled) -}}
 {{- fail "controller.replicas > 1 needs controller.leaderElection.enabled: two replicas without leader election would both act on every request" -}}
@@ -38,16 +83,20 @@ app.kubernetes.io/component: {{ . }}
 {{- if has .clusterID $ids -}}{{- fail (printf "clusters: clusterID %q is listed twice" .clusterID) -}}{{- end -}}
 {{- $ids = append $ids .clusterID -}}
 {{- end -}}
-{{- $reg := splitList "/" .Values.nodeRegistry -}}
+{{- $registry := include "rbdcsi.nodeRegistry" . -}}
+{{- if not $registry -}}
+{{- fail "nodeRegistry is empty and so is pool: set pool, or nodeRegistry: <clusterID>/<pool>" -}}
+{{- end -}}
+{{- $reg := splitList "/" $registry -}}
 {{- if not (has (first $reg) $ids) -}}
-{{- fail (printf "nodeRegistry %q: cluster %q is not in clusters" .Values.nodeRegistry (first $reg)) -}}
+{{- fail (printf "nodeRegistry %q: cluster %q is not in clusters" $registry (first $reg)) -}}
 {{- end -}}
 {{- range .Values.storageClasses -}}
 {{- if and .clusterID (not (has .clusterID $ids)) -}}
 {{- fail (printf "storageClasses %s: clusterID %q is not in clusters" .name .clusterID) -}}
 {{- end -}}
-{{- if not (or .pool (and .parameters .parameters.topologyConstrainedPools)) -}}
-{{- fail (printf "storageClasses %s: needs pool, or parameters.topologyConstrainedPools" .name) -}}
+{{- if not (or (include "rbdcsi.classPool" (dict "root" $ "class" .)) (and .parameters .parameters.topologyConstrainedPools)) -}}
+{{- fail (printf "storageClasses %s: needs pool (or the top-level pool), or parameters.topologyConstrainedPools" .name) -}}
 {{- end -}}
 {{- end -}}
 {{- range $name, $img := .Values.images -}}
@@ -61,13 +110,25 @@ app.kubernetes.io/component: {{ . }}
 {{- fail (printf "secrets.%s: create is true, so userID and userKey are needed (or set create: false and name an existing Secret)" $who) -}}
 {{- end -}}
 {{- end -}}
+{{- if or .Release.IsInstall .Release.IsUpgrade -}}
+{{- if and .Values.volumeSnapshotClasses (not (.Capabilities.APIVersions.Has "snapshot.storage.k8s.io/v1/VolumeSnapshotClass")) -}}
+{{- fail "the VolumeSnapshot CRDs are not installed in this cluster (no snapshot.storage.k8s.io/v1 VolumeSnapshotClass): install them and the snapshot-controller first (docs/install.md, step 5), or set volumeSnapshotClasses: [] to install without snapshots. helm template: --api-versions snapshot.storage.k8s.io/v1/VolumeSnapshotClass" -}}
+{{- end -}}
+{{- if and .Values.metrics.enabled .Values.metrics.serviceMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor")) -}}
+{{- fail "metrics.serviceMonitor.enabled: the Prometheus Operator's CRDs are not installed in this cluster (no monitoring.coreos.com/v1 ServiceMonitor): install them, or set metrics.serviceMonitor.enabled: false. helm template: --api-versions monitoring.coreos.com/v1/ServiceMonitor" -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The cluster map as the plugin reads it (--cluster-config). */}}
 {{- define "rbdcsi.clusterMap" -}}
 {{- $out := list -}}
 {{- range .Values.clusters -}}
-{{- $out = append $out (dict "clusterID" .clusterID "monitors" .monitors) -}}
+{{- $c := dict "clusterID" .clusterID "monitors" .monitors -}}
+{{- if .radosNamespace -}}
+{{- $_ := set $c "rbd" (dict "radosNamespace" .radosNamespace) -}}
+{{- end -}}
+{{- $out = append $out $c -}}
 {{- end -}}
 {{- toJson $out -}}
 {{- end -}}

@@ -1,0 +1,217 @@
+//go:build helm
+
+// What the chart does at install beyond rendering its values: the CRDs it
+// checks for, the names it gives its objects, the first install its README
+// shows serving the examples, and the e2e's install.
+
+package manifests
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// writeValues writes values into a file of a test directory.
+func writeValues(t *testing.T, values string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(file, []byte(values+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// TestHelmChecksCRDs: in a cluster without the VolumeSnapshot CRDs,
+// `helm install` stops with a message that says what to do, before any
+// object is made, instead of failing part-way on the VolumeSnapshotClass;
+// volumeSnapshotClasses: [] installs without. The same for ServiceMonitors
+// and the Prometheus Operator's CRDs. (helm lint renders as neither an
+// install nor an upgrade, and passes without them: TestHelmLintStrict.)
+func TestHelmChecksCRDs(t *testing.T) {
+	site := filepath.Join(helmValuesDir, "site.yaml")
+	_, stderr, err := helmTemplateFor(t, nil, site)
+	if err == nil || !strings.Contains(stderr, "the VolumeSnapshot CRDs are not installed in this cluster") ||
+		!strings.Contains(stderr, "volumeSnapshotClasses: []") {
+		t.Errorf("without the VolumeSnapshot CRDs: %v, want the chart's message naming them and volumeSnapshotClasses: []\n%s", err, stderr)
+	}
+	t.Logf("helm says: %s", strings.TrimSpace(stderr))
+
+	out, stderr, err := helmTemplateFor(t, nil, site, writeValues(t, "volumeSnapshotClasses: []"))
+	if err != nil {
+		t.Fatalf("volumeSnapshotClasses: [] without the CRDs: %v\n%s", err, stderr)
+	}
+	if strings.Contains(string(out), "kind: VolumeSnapshotClass") {
+		t.Error("volumeSnapshotClasses: [] rendered a VolumeSnapshotClass")
+	}
+	vscs, _ := all[*snapv1.VolumeSnapshotClass](renderValues(t, site).manifests)
+	if len(vscs) != 1 {
+		t.Errorf("with the CRDs: %d VolumeSnapshotClasses, want 1", len(vscs))
+	}
+
+	monitors := writeValues(t, "metrics: {serviceMonitor: {enabled: true}}")
+	_, stderr, err = helmTemplateFor(t, helmCRDKinds[:1], site, monitors)
+	if err == nil || !strings.Contains(stderr, "the Prometheus Operator's CRDs are not installed") {
+		t.Errorf("ServiceMonitors without their CRDs: %v, want the chart's message\n%s", err, stderr)
+	}
+}
+
+// TestHelmNames: object names follow the release, as charts do (release
+// rbdcsi: rbdcsi-controller; release storage: storage-rbdcsi-controller;
+// fullnameOverride: its value), and every reference between the objects
+// follows too.
+func TestHelmNames(t *testing.T) {
+	site := filepath.Join(helmValuesDir, "site.yaml")
+	for _, tc := range []struct{ release, values, controller, name string }{
+		{"rbdcsi", "", "rbdcsi-controller", "rbdcsi"},
+		{"storage", "", "storage-rbdcsi-controller", "rbdcsi"},
+		{"storage", "nameOverride: ceph", "storage-ceph-controller", "ceph"},
+		{"storage", "fullnameOverride: ceph-rbd", "ceph-rbd-controller", "rbdcsi"},
+	} {
+		t.Run(tc.release+"/"+tc.values, func(t *testing.T) {
+			args := []string{"template", tc.release, helmChart, "-n", helmNamespace, "--kube-version", helmKubeVersion, "-f", site}
+			for _, k := range helmCRDKinds {
+				args = append(args, "--api-versions", k)
+			}
+			if tc.values != "" {
+				args = append(args, "-f", writeValues(t, tc.values))
+			}
+			out, stderr, err := runHelm(t, args...)
+			if err != nil {
+				t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, stderr)
+			}
+			r := &rendered{manifests: &manifests{objects: decodeDocuments(t, strictDecoder(newScheme(t)), out,
+				func([]byte) string { return tc.release }, nil)}, name: tc.name}
+			if d := only[*appsv1.Deployment](t, r.manifests, "Deployment"); d.Name != tc.controller {
+				t.Errorf("the controller Deployment is %s, want %s", d.Name, tc.controller)
+			}
+			checkHelmLabels(t, r)
+			checkReferences(t, r)
+		})
+	}
+}
+
+// checkReferences: what each object names exists among the rendered ones
+// (or is made before the install: the Secrets the chart does not make):
+// the workloads' service accounts and ConfigMaps, the bindings' roles and
+// subjects, and the Services' pods.
+func checkReferences(t *testing.T, r *rendered) {
+	t.Helper()
+	m := r.manifests
+	sas, _ := all[*corev1.ServiceAccount](m)
+	cms, _ := all[*corev1.ConfigMap](m)
+	roles, _ := all[*rbacv1.Role](m)
+	croles, _ := all[*rbacv1.ClusterRole](m)
+	rbs, _ := all[*rbacv1.RoleBinding](m)
+	crbs, _ := all[*rbacv1.ClusterRoleBinding](m)
+	svcs, _ := all[*corev1.Service](m)
+	ws := workloads(m)
+	for _, w := range ws {
+		if sa := w.spec.ServiceAccountName; findNamed(sas, w.namespace, sa) == nil {
+			t.Errorf("%s: service account %s/%s is not rendered", w.name, w.namespace, sa)
+		}
+		for _, v := range w.spec.Volumes {
+			if v.ConfigMap != nil && findNamed(cms, w.namespace, v.ConfigMap.Name) == nil {
+				t.Errorf("%s: ConfigMap %s/%s is not rendered", w.name, w.namespace, v.ConfigMap.Name)
+			}
+		}
+	}
+	subjects := func(what string, ss []rbacv1.Subject) {
+		for _, s := range ss {
+			if s.Kind == rbacv1.ServiceAccountKind && findNamed(sas, s.Namespace, s.Name) == nil {
+				t.Errorf("%s: subject %s/%s is not a rendered service account", what, s.Namespace, s.Name)
+			}
+		}
+	}
+	for _, b := range rbs {
+		if findNamed(roles, b.Namespace, b.RoleRef.Name) == nil {
+			t.Errorf("RoleBinding %s/%s: Role %s is not rendered", b.Namespace, b.Name, b.RoleRef.Name)
+		}
+		subjects("RoleBinding "+b.Name, b.Subjects)
+	}
+	for _, b := range crbs {
+		if findNamed(croles, "", b.RoleRef.Name) == nil {
+			t.Errorf("ClusterRoleBinding %s: ClusterRole %s is not rendered", b.Name, b.RoleRef.Name)
+		}
+		subjects("ClusterRoleBinding "+b.Name, b.Subjects)
+	}
+	for _, s := range svcs {
+		if !slices.ContainsFunc(ws, func(w workload) bool {
+			return w.namespace == s.Namespace && labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(w.labels))
+		}) {
+			t.Errorf("Service %s/%s: selector %v matches no rendered pod", s.Namespace, s.Name, s.Spec.Selector)
+		}
+	}
+}
+
+// TestHelmMinimalServesTheExamples: the install the chart's README shows
+// (helm/values/minimal.yaml) makes every class the examples' claims and
+// snapshots ask for, unless the example brings it itself.
+func TestHelmMinimalServesTheExamples(t *testing.T) {
+	r := renderValues(t, filepath.Join(helmValuesDir, "minimal.yaml"))
+	ex := loadAll(t).inDir(examplesDir)
+	classes := map[string]bool{"": true} // "": a static PV's claim
+	for _, m := range []*manifests{r.manifests, ex} {
+		scs, _ := all[*storagev1.StorageClass](m)
+		for _, sc := range scs {
+			classes[sc.Name] = true
+		}
+	}
+	pvcs, from := all[*corev1.PersistentVolumeClaim](ex)
+	for i, p := range pvcs {
+		if p.Spec.StorageClassName == nil || !classes[*p.Spec.StorageClassName] {
+			t.Errorf("%s: claim %s asks for StorageClass %s, which the minimal install does not make", from[i].file, p.Name, fmtPtr(p.Spec.StorageClassName))
+		}
+	}
+	vscs, _ := all[*snapv1.VolumeSnapshotClass](r.manifests)
+	snaps, from := all[*snapv1.VolumeSnapshot](ex)
+	for i, s := range snaps {
+		if s.Spec.VolumeSnapshotClassName == nil || findNamed(vscs, "", *s.Spec.VolumeSnapshotClassName) == nil {
+			t.Errorf("%s: snapshot %s asks for VolumeSnapshotClass %s, which the minimal install does not make", from[i].file, s.Name, fmtPtr(s.Spec.VolumeSnapshotClassName))
+		}
+	}
+}
+
+// TestHelmE2EValues renders the e2e's Helm install as scripts/k8s-e2e.sh
+// runs it: deploy/e2e/helm-values.yaml and the local values the script
+// writes (the cluster map, the node user's key). The node namespace and
+// the node user's Secret are the chart's, the provisioner's Secret is made
+// by the script, and the images are the local ones.
+func TestHelmE2EValues(t *testing.T) {
+	local := writeValues(t, `clusters:
+  - clusterID: ceph1
+    monitors: ["v2:127.0.0.1:3300"]
+secrets:
+  node:
+    userID: rbdcsi-node
+    userKey: AQBnodenodenodenodenodenodenodenodenode==`)
+	r := renderValues(t, filepath.Join(e2eDir, "helm-values.yaml"), local)
+	keys := r.keys()
+	for _, want := range []string{"Namespace /rbdcsi-node", "Secret rbdcsi-node/rbdcsi-node-secret"} {
+		if !keys[want] {
+			t.Errorf("the e2e's install does not make %s", want)
+		}
+	}
+	if keys["Secret rbdcsi/rbdcsi-secret"] {
+		t.Error("the e2e's install makes Secret rbdcsi/rbdcsi-secret, which the script makes before it")
+	}
+	for _, w := range workloads(r.manifests) {
+		for _, c := range w.spec.Containers {
+			if !strings.HasPrefix(c.Image, "localhost/rbdcsi-e2e/") || c.ImagePullPolicy != corev1.PullNever {
+				t.Errorf("%s/%s: image %s (pull %s), want a local one, never pulled", w.name, c.Name, c.Image, c.ImagePullPolicy)
+			}
+		}
+		if got := mustFlags(t, pluginContainer(t, w.spec))["node-registry"]; got != "ceph1/rbd" {
+			t.Errorf("%s: --node-registry=%s, want ceph1/rbd", w.name, got)
+		}
+	}
+}
