@@ -18,11 +18,7 @@ const flattenTimeout = 6 * time.Hour
 // background, off the request path, unless that is running already. When
 // it is done the parent may be left without dependents and is reclaimed.
 func (k *Keeper) Flatten(pool rbd.Pool, image string, parent *rbd.Parent) {
-	k.flattens.start(records.PoolImageKey(pool, image), func(ctx context.Context) {
-		k.env.o.Observer.BackgroundTasks("flatten", 1)
-		defer k.env.o.Observer.BackgroundTasks("flatten", -1)
-		ctx, cancel := context.WithTimeout(ctx, flattenTimeout)
-		defer cancel()
+	k.flattens.start(records.PoolImageKey(pool, image), k.env.counted("flatten", flattenTimeout, func(ctx context.Context) {
 		start := time.Now()
 		if err := k.env.backend.Flatten(ctx, pool, image); err != nil {
 			klog.ErrorS(err, "flattening a deep clone failed; the next clone from this chain retries", "pool", pool.Name, "image", image)
@@ -37,5 +33,5 @@ func (k *Keeper) Flatten(pool rbd.Pool, image string, parent *rbd.Parent) {
 				klog.ErrorS(err, "reclaiming a flattened clone's parent", "pool", parent.Pool, "imageID", parent.ImageID)
 			}
 		}
-	})
+	}))
 }

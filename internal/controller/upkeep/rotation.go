@@ -133,10 +133,7 @@ func (r *rotation) pass(ctx context.Context) (map[string]int, error) {
 // pool re-wraps the stale DEKs of the pool's volume and hidden images.
 func (p *rotationPass) pool(ctx context.Context, pool rbd.Pool) error {
 	e := p.r.env
-	names, err := e.backend.ListImages(ctx, pool)
-	if errors.Is(err, rbd.ErrPoolNotFound) || errors.Is(err, rbd.ErrPermission) {
-		return nil // gone, or not ours to read: nothing of ours there
-	}
+	names, _, err := e.ownImages(ctx, pool)
 	if err != nil {
 		return err
 	}
@@ -145,9 +142,6 @@ func (p *rotationPass) pool(ctx context.Context, pool rbd.Pool) error {
 			return ctx.Err()
 		}
 		_, hidden := e.names.HiddenID(name)
-		if !hidden && !e.names.IsVolumeImage(name) {
-			continue
-		}
 		if err := p.image(ctx, pool, name, hidden); err != nil {
 			return err
 		}

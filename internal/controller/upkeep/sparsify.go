@@ -17,11 +17,7 @@ const sparsifyTimeout = 6 * time.Hour
 // in the background, unless that is running already, and records the
 // request done on the image. volumeID names the volume in the log.
 func (k *Keeper) Sparsify(pool rbd.Pool, image, volumeID, request string) {
-	k.sparsifies.start(records.PoolImageKey(pool, image), func(ctx context.Context) {
-		k.env.o.Observer.BackgroundTasks("sparsify", 1)
-		defer k.env.o.Observer.BackgroundTasks("sparsify", -1)
-		ctx, cancel := context.WithTimeout(ctx, sparsifyTimeout)
-		defer cancel()
+	k.sparsifies.start(records.PoolImageKey(pool, image), k.env.counted("sparsify", sparsifyTimeout, func(ctx context.Context) {
 		start := time.Now()
 		if err := k.env.backend.Sparsify(ctx, pool, image); err != nil {
 			klog.ErrorS(err, "sparsifying a volume failed; the CO's retry starts it again", "volumeID", volumeID)
@@ -32,7 +28,7 @@ func (k *Keeper) Sparsify(pool rbd.Pool, image, volumeID, request string) {
 			return
 		}
 		klog.V(2).InfoS("sparsified volume", "volumeID", volumeID, "request", request, "took", time.Since(start))
-	})
+	}))
 }
 
 // Sparsifying reports whether a sparsify of the image is running.

@@ -111,18 +111,13 @@ func (s *sweeper) after(pool rbd.Pool) {
 	if !due {
 		return
 	}
-	s.tasks.start(key, func(ctx context.Context) {
-		up := s.o.Observer
-		up.BackgroundTasks("sweep", 1)
-		defer up.BackgroundTasks("sweep", -1)
-		ctx, cancel := context.WithTimeout(ctx, sweepTimeout)
-		defer cancel()
+	s.tasks.start(key, s.counted("sweep", sweepTimeout, func(ctx context.Context) {
 		err := s.sweep(ctx, pool)
 		if err != nil {
 			klog.ErrorS(err, "sweeping the pool failed; the next sweep of the pool tries again", "pool", pool.Name)
 		}
-		up.Swept(err)
-	})
+		s.o.Observer.Swept(err)
+	}))
 }
 
 // periodicKey names the periodic task among the per-pool sweeps, whose
@@ -160,11 +155,8 @@ func (s *sweeper) sweepAll(ctx context.Context) {
 // sweep looks at every image of the pool the driver made, then runs the
 // steps; a failed step does not keep the next from running.
 func (s *sweeper) sweep(ctx context.Context, pool rbd.Pool) error {
-	names, err := s.backend.ListImages(ctx, pool)
-	if errors.Is(err, rbd.ErrPoolNotFound) || errors.Is(err, rbd.ErrPermission) {
-		return nil // gone, or not ours to read: nothing of ours there
-	}
-	if err != nil {
+	names, readable, err := s.ownImages(ctx, pool)
+	if err != nil || !readable {
 		return err
 	}
 	for _, name := range names {
@@ -174,7 +166,7 @@ func (s *sweeper) sweep(ctx context.Context, pool rbd.Pool) error {
 		var err error
 		if id, ok := s.names.HiddenID(name); ok {
 			err = s.sweepHidden(ctx, pool, name, id)
-		} else if s.names.IsVolumeImage(name) {
+		} else {
 			err = s.sweepVolume(ctx, pool, name)
 		}
 		if err != nil {

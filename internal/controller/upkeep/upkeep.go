@@ -9,6 +9,7 @@ package upkeep
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/rbdcsi/rbdcsi/internal/cluster"
@@ -139,6 +140,37 @@ func newEnv(o Options) *env {
 }
 
 func (e *env) fault(point string) { e.o.Fault(point) }
+
+// counted is fn as a task of kind the observer counts while it runs,
+// bounded by timeout.
+func (e *env) counted(kind string, timeout time.Duration, fn func(ctx context.Context)) func(context.Context) {
+	return func(ctx context.Context) {
+		e.o.Observer.BackgroundTasks(kind, 1)
+		defer e.o.Observer.BackgroundTasks(kind, -1)
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		fn(ctx)
+	}
+}
+
+// ownImages lists the instance's volume and hidden images in a pool;
+// readable is false when the pool is gone or the credentials may not read
+// it: nothing of ours there.
+func (e *env) ownImages(ctx context.Context, pool rbd.Pool) (names []string, readable bool, err error) {
+	all, err := e.backend.ListImages(ctx, pool)
+	if errors.Is(err, rbd.ErrPoolNotFound) || errors.Is(err, rbd.ErrPermission) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	for _, n := range all {
+		if _, hidden := e.names.HiddenID(n); hidden || e.names.IsVolumeImage(n) {
+			names = append(names, n)
+		}
+	}
+	return names, true, nil
+}
 
 // OwnPools lists the pools of a cluster that could hold volumes (valid
 // names), with cred and the cluster's namespace.
