@@ -13,8 +13,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/rbdcsi/rbdcsi/internal/attach"
-	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/controller/upkeep"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
@@ -115,36 +115,19 @@ func (c *Controller) ListVolumes(ctx context.Context, req *csi.ListVolumesReques
 	return resp, nil
 }
 
-// ownPools lists the pools of a cluster that could hold volumes (valid
-// names), with the controller's own credentials and the cluster's
-// namespace.
-func (c *Controller) ownPools(ctx context.Context, cluster cluster.Cluster) ([]rbd.Pool, error) {
-	names, err := c.backend.ListPools(ctx, cluster.MonHost(), *c.cred)
-	if err != nil {
-		return nil, err
-	}
-	var pools []rbd.Pool
-	for _, name := range names {
-		if volid.ValidPool(name) == nil {
-			pools = append(pools, rbd.NewPool(cluster, *c.cred, name))
-		}
-	}
-	return pools, nil
-}
-
 // volumeIDs lists every volume image, sorted by ID. Pools the controller's
 // user may not read are skipped: they hold no volumes it could serve.
 func (c *Controller) volumeIDs(ctx context.Context) ([]volid.Volume, error) {
 	var ids []volid.Volume
-	for _, cluster := range c.clusters.All() {
-		pools, err := c.ownPools(ctx, cluster)
+	for _, cl := range c.clusters.All() {
+		pools, err := upkeep.OwnPools(ctx, c.backend, cl, *c.cred)
 		if err != nil {
 			return nil, cephStatus(err)
 		}
 		for _, pool := range pools {
 			names, err := c.backend.ListImages(ctx, pool)
 			if errors.Is(err, rbd.ErrPermission) || errors.Is(err, rbd.ErrPoolNotFound) {
-				klog.V(4).InfoS("skipping pool", "cluster", cluster.ClusterID, "pool", pool.Name, "err", err)
+				klog.V(4).InfoS("skipping pool", "cluster", cl.ClusterID, "pool", pool.Name, "err", err)
 				continue
 			}
 			if err != nil {
@@ -152,7 +135,7 @@ func (c *Controller) volumeIDs(ctx context.Context) ([]volid.Volume, error) {
 			}
 			for _, n := range names {
 				if c.names.IsVolumeImage(n) {
-					ids = append(ids, volid.Volume{ClusterID: cluster.ClusterID, Pool: pool.Name, Image: n})
+					ids = append(ids, volid.Volume{ClusterID: cl.ClusterID, Pool: pool.Name, Image: n})
 				}
 			}
 		}

@@ -107,8 +107,8 @@ func (c *Controller) snapshotsOfVolume(ctx context.Context, id string, secrets m
 // in every pool the credentials can read.
 func (c *Controller) allSnapshots(ctx context.Context, secrets map[string]string) ([]*csi.ListSnapshotsResponse_Entry, error) {
 	var out []*csi.ListSnapshotsResponse_Entry
-	for _, cluster := range c.clusters.All() {
-		base, err := c.pool(cluster.ClusterID, "", secrets, true)
+	for _, cl := range c.clusters.All() {
+		base, err := c.pool(cl.ClusterID, "", secrets, true)
 		if err != nil {
 			return nil, err
 		}
@@ -140,7 +140,7 @@ func (c *Controller) allSnapshots(ctx context.Context, secrets map[string]string
 				if err != nil {
 					return nil, cephStatus(err)
 				}
-				out = append(out, c.snapshotEntries(cluster.ClusterID, poolName, fam, "")...)
+				out = append(out, c.snapshotEntries(cl.ClusterID, poolName, fam, "")...)
 			}
 		}
 	}

@@ -61,7 +61,7 @@ func (k *volumeKey) clear() {
 // unlock reads an encrypted volume's key record and unwraps its DEK; a
 // plain volume gives nil. It runs before anything is mapped, so a wrong or
 // missing key changes nothing.
-func (n *Node) unlock(ctx context.Context, vol volid.Volume, cluster cluster.Cluster, cred cluster.Credentials, enc config.Encryption, secrets map[string]string) (*volumeKey, error) {
+func (n *Node) unlock(ctx context.Context, vol volid.Volume, cl cluster.Cluster, cred cluster.Credentials, enc config.Encryption, secrets map[string]string) (*volumeKey, error) {
 	if !enc.Enabled {
 		// A plain stage of an encrypted image finds crypto_LUKS on the
 		// device: it is neither formatted nor mounted (mountStaging).
@@ -70,7 +70,7 @@ func (n *Node) unlock(ctx context.Context, vol volid.Volume, cluster cluster.Clu
 	if n.images == nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is encrypted, and this node plugin cannot read image metadata", vol)
 	}
-	pool := rbd.NewPool(cluster, cred, vol.Pool)
+	pool := rbd.NewPool(cl, cred, vol.Pool)
 	info, err := n.images.Stat(ctx, pool, vol.Image)
 	if err != nil {
 		return nil, fenceStatus(vol, err)

@@ -23,7 +23,7 @@ type Fence interface {
 // checkAttached refuses to map a single-node volume on a node that does not
 // hold its attachment in Ceph, so a stale pod on the node a volume moved
 // away from cannot write to it any more.
-func (n *Node) checkAttached(ctx context.Context, vol volid.Volume, cluster cluster.Cluster, cred cluster.Credentials, mode string) error {
+func (n *Node) checkAttached(ctx context.Context, vol volid.Volume, cl cluster.Cluster, cred cluster.Credentials, mode string) error {
 	if n.fence == nil {
 		return nil
 	}
@@ -31,7 +31,7 @@ func (n *Node) checkAttached(ctx context.Context, vol volid.Volume, cluster clus
 	if !ok || !attach.SingleNode(csi.VolumeCapability_AccessMode_Mode(m)) {
 		return nil
 	}
-	info, err := n.fence.Stat(ctx, rbd.NewPool(cluster, cred, vol.Pool), vol.Image)
+	info, err := n.fence.Stat(ctx, rbd.NewPool(cl, cred, vol.Pool), vol.Image)
 	if err != nil {
 		return fenceStatus(vol, err)
 	}

@@ -58,7 +58,7 @@ func (n *Node) healOrphan(ctx context.Context, rec *record, m mapper.Mapper, src
 	if err != nil {
 		return false, status.Error(codes.InvalidArgument, err.Error())
 	}
-	cluster, err := n.clusters.Lookup(rec.Image.ClusterID)
+	cl, err := n.clusters.Lookup(rec.Image.ClusterID)
 	if err != nil {
 		return false, status.Errorf(codes.NotFound, "volume %s: %v (this node's cluster map does not know it)", rec.VolumeID, err)
 	}
@@ -77,12 +77,12 @@ func (n *Node) healOrphan(ctx context.Context, rec *record, m mapper.Mapper, src
 	// As a stage would: a single-node volume whose attachment moved to
 	// another node while this one had no daemon must not start writing
 	// from here again.
-	if err := n.checkAttached(ctx, vol, cluster, cred, rec.Cap.AccessMode); err != nil {
+	if err := n.checkAttached(ctx, vol, cl, cred, rec.Cap.AccessMode); err != nil {
 		return false, err
 	}
 	klog.InfoS("re-attaching an nbd volume whose daemon is gone", "volumeID", rec.VolumeID, "device", rec.Device)
 	err = r.Reattach(ctx, mapper.MapRequest{
-		Image: rec.Image, MonHost: cluster.MonHost(), Cred: cred, Options: opts,
+		Image: rec.Image, MonHost: cl.MonHost(), Cred: cred, Options: opts,
 		ReadOnly: rec.Cap.readerOnly(), Cookie: nbdCookie(rec.VolumeID),
 	}, rec.Device)
 	if err != nil {

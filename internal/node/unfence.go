@@ -31,12 +31,12 @@ func (n *Node) liftFence(ctx context.Context, vol volid.Volume) {
 	if n.unfence == nil {
 		return
 	}
-	cluster, err := n.clusters.Lookup(vol.ClusterID)
+	cl, err := n.clusters.Lookup(vol.ClusterID)
 	if err != nil {
 		klog.ErrorS(err, "cannot lift a fence of this node: the cluster map no longer has the volume's cluster; its blocklist entries stay until they expire", "volumeID", vol.String())
 		return
 	}
-	lifted, fenced, err := n.unfence.Lift(ctx, vol.String(), cluster.MonHost())
+	lifted, fenced, err := n.unfence.Lift(ctx, vol.String(), cl.MonHost())
 	if !fenced && err == nil {
 		return
 	}

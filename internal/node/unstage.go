@@ -133,8 +133,8 @@ func (n *Node) imageDevices(ctx context.Context, vol volid.Volume) []string {
 // the cluster).
 func (n *Node) imageOf(vol volid.Volume) mapper.Image {
 	img := mapper.Image{ClusterID: vol.ClusterID, Pool: vol.Pool, Name: vol.Image}
-	if cluster, err := n.clusters.Lookup(vol.ClusterID); err == nil {
-		img.Namespace = cluster.Namespace()
+	if cl, err := n.clusters.Lookup(vol.ClusterID); err == nil {
+		img.Namespace = cl.Namespace()
 	}
 	return img
 }

@@ -27,8 +27,8 @@ type Pool struct {
 
 // NewPool is the pool name of a cluster-map entry, in the entry's RADOS
 // namespace, used with cred.
-func NewPool(cluster cluster.Cluster, cred cluster.Credentials, name string) Pool {
-	return Pool{MonHost: cluster.MonHost(), Cred: cred, Name: name, Namespace: cluster.Namespace()}
+func NewPool(cl cluster.Cluster, cred cluster.Credentials, name string) Pool {
+	return Pool{MonHost: cl.MonHost(), Cred: cred, Name: name, Namespace: cl.Namespace()}
 }
 
 // WithName is another pool of the same cluster, RADOS namespace and

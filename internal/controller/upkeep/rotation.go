@@ -109,15 +109,15 @@ func (r *rotation) pass(ctx context.Context) (map[string]int, error) {
 		return nil, fmt.Errorf("the controller's secrets: %w", err)
 	}
 	var errs []error
-	for _, cluster := range r.o.Clusters.All() {
-		pools, err := r.ownPools(ctx, cluster)
+	for _, cl := range r.o.Clusters.All() {
+		pools, err := r.ownPools(ctx, cl)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("cluster %s: listing pools: %w", cluster.ClusterID, err))
+			errs = append(errs, fmt.Errorf("cluster %s: listing pools: %w", cl.ClusterID, err))
 			continue
 		}
 		for _, pool := range pools {
 			if err := p.pool(ctx, pool); err != nil {
-				errs = append(errs, fmt.Errorf("cluster %s, pool %s: %w", cluster.ClusterID, pool.Name, err))
+				errs = append(errs, fmt.Errorf("cluster %s, pool %s: %w", cl.ClusterID, pool.Name, err))
 			}
 		}
 	}

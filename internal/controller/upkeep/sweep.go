@@ -140,10 +140,10 @@ func (s *sweeper) sweepAll(ctx context.Context) {
 	if s.o.Fences != nil {
 		s.dropExpiredFences(ctx)
 	}
-	for _, cluster := range s.o.Clusters.All() {
-		pools, err := s.ownPools(ctx, cluster)
+	for _, cl := range s.o.Clusters.All() {
+		pools, err := s.ownPools(ctx, cl)
 		if err != nil {
-			klog.ErrorS(err, "listing pools for the periodic sweep; trying again in one interval", "cluster", cluster.ClusterID)
+			klog.ErrorS(err, "listing pools for the periodic sweep; trying again in one interval", "cluster", cl.ClusterID)
 			continue
 		}
 		for _, pool := range pools {

@@ -174,21 +174,21 @@ func (e *env) ownImages(ctx context.Context, pool rbd.Pool) (names []string, rea
 
 // OwnPools lists the pools of a cluster that could hold volumes (valid
 // names), with cred and the cluster's namespace.
-func OwnPools(ctx context.Context, backend rbd.Backend, cluster cluster.Cluster, cred cluster.Credentials) ([]rbd.Pool, error) {
-	names, err := backend.ListPools(ctx, cluster.MonHost(), cred)
+func OwnPools(ctx context.Context, backend rbd.Backend, cl cluster.Cluster, cred cluster.Credentials) ([]rbd.Pool, error) {
+	names, err := backend.ListPools(ctx, cl.MonHost(), cred)
 	if err != nil {
 		return nil, err
 	}
 	var pools []rbd.Pool
 	for _, name := range names {
 		if volid.ValidPool(name) == nil {
-			pools = append(pools, rbd.NewPool(cluster, cred, name))
+			pools = append(pools, rbd.NewPool(cl, cred, name))
 		}
 	}
 	return pools, nil
 }
 
 // ownPools is OwnPools with the controller's own credentials.
-func (e *env) ownPools(ctx context.Context, cluster cluster.Cluster) ([]rbd.Pool, error) {
-	return OwnPools(ctx, e.backend, cluster, *e.o.Credentials)
+func (e *env) ownPools(ctx context.Context, cl cluster.Cluster) ([]rbd.Pool, error) {
+	return OwnPools(ctx, e.backend, cl, *e.o.Credentials)
 }
