@@ -81,7 +81,11 @@ func (r *registrationFlags) start(ctx context.Context, driverName string) (wait 
 	if r.kubeletPath == "" {
 		return func() {}, nil
 	}
-	return r.registration(driverName).Start(ctx)
+	wait, err = r.registration(driverName).Start(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("--registration-dir: %w", err)
+	}
+	return wait, nil
 }
 
 // healthFlags configure the built-in health endpoint.
