@@ -21,10 +21,27 @@ import (
 // Zeros are the objects of the rest of the metadata, which reads as zeros
 // on a fresh image: unused inode tables, the journal's log, the backups'
 // reserved GDT blocks, bitmaps of free groups. Each object is named by the
-// first thing found in it.
+// first thing found in it, or by the kinds of zeros in it.
 type ext4Objects struct {
 	Need  map[int64]string
 	Zeros map[int64]string
+}
+
+// zeroArea is metadata of one kind that reads as zeros on a fresh image,
+// in the groups from..to (-1: no group).
+type zeroArea struct {
+	kind, note string
+	from, to   int64
+}
+
+func (a zeroArea) String() string {
+	switch {
+	case a.from < 0:
+		return "the " + a.kind
+	case a.from == a.to:
+		return fmt.Sprintf("the %s of group %d (%s)", a.kind, a.from, a.note)
+	}
+	return fmt.Sprintf("the %ss of groups %d-%d (%s)", a.kind, a.from, a.to, a.note)
 }
 
 // ext4Needs reads the geometry of the filesystem on dev (a block device
@@ -64,7 +81,18 @@ func ext4Needs(ctx context.Context, dev string, objSize int64) (ext4Objects, err
 			}
 		}
 	}
-	need, zeros := adder(res.Need), adder(res.Zeros)
+	need := adder(res.Need)
+	areas := map[int64][]zeroArea{}
+	zeros := func(first, last int64, kind, note string, group int64) {
+		for o := first * g.blockSize / objSize; o <= (last*g.blockSize+g.blockSize-1)/objSize; o++ {
+			i := slices.IndexFunc(areas[o], func(a zeroArea) bool { return a.kind == kind })
+			if i < 0 {
+				areas[o] = append(areas[o], zeroArea{kind: kind, note: note, from: group, to: group})
+			} else {
+				areas[o][i].from, areas[o][i].to = min(areas[o][i].from, group), max(areas[o][i].to, group)
+			}
+		}
+	}
 	g.addMetadata(used, need, zeros)
 	for _, ino := range used {
 		ib, ok := blocks[ino]
@@ -77,7 +105,7 @@ func ext4Needs(ctx context.Context, dev string, objSize int64) (ext4Objects, err
 		case g.journalInode:
 			what = "the journal's superblock and extent tree"
 			for _, r := range data {
-				zeros(r[0], r[1], "the journal's log")
+				zeros(r[0], r[1], "journal's log", "", -1)
 			}
 			data = nil
 			if ib.first >= 0 {
@@ -94,8 +122,14 @@ func ext4Needs(ctx context.Context, dev string, objSize int64) (ext4Objects, err
 			need(r[0], r[1], what)
 		}
 	}
-	for o := range res.Need {
-		delete(res.Zeros, o)
+	for o, as := range areas {
+		if _, ok := res.Need[o]; !ok {
+			var parts []string
+			for _, a := range as {
+				parts = append(parts, a.String())
+			}
+			res.Zeros[o] = strings.Join(parts, "; ")
+		}
 	}
 	return res, nil
 }
@@ -234,7 +268,7 @@ func (g ext4Geometry) usedInodes() []int64 {
 // must be written (superblocks and descriptors, the primary reserved GDT
 // blocks, bitmaps that are initialised and not all zero, inode table
 // blocks that hold inodes in use), to zeros the rest.
-func (g ext4Geometry) addMetadata(used []int64, need, zeros func(first, last int64, what string)) {
+func (g ext4Geometry) addMetadata(used []int64, need func(first, last int64, what string), zeros func(first, last int64, kind, note string, group int64)) {
 	bitsPerBlock := 8 * g.blockSize
 	for _, grp := range g.groups {
 		for _, s := range grp.supers {
@@ -248,7 +282,7 @@ func (g ext4Geometry) addMetadata(used []int64, need, zeros func(first, last int
 			if grp.num == 0 {
 				need(r[0], r[1], "the reserved GDT blocks")
 			} else {
-				zeros(r[0], r[1], fmt.Sprintf("the reserved GDT blocks of group %d, a backup a grow writes", grp.num))
+				zeros(r[0], r[1], "reserved GDT backup", "written by a grow", grp.num)
 			}
 		}
 		// A bitmap of a group all free is all zeros unless the
@@ -257,11 +291,11 @@ func (g ext4Geometry) addMetadata(used []int64, need, zeros func(first, last int
 			if !grp.flag("BLOCK_UNINIT") && (grp.freeBlocks < g.blocksPerGroup || g.blocksPerGroup < bitsPerBlock) {
 				need(grp.blockBitmap, grp.blockBitmap, fmt.Sprintf("the block bitmap of group %d", grp.num))
 			} else {
-				zeros(grp.blockBitmap, grp.blockBitmap, fmt.Sprintf("the block bitmap of group %d, all free", grp.num))
+				zeros(grp.blockBitmap, grp.blockBitmap, "block bitmap", "all free", grp.num)
 			}
 		}
 		if grp.hasITables {
-			zeros(grp.inodeTable, grp.inodeTable+g.inodesPerGroup*g.inodeSize/g.blockSize-1, fmt.Sprintf("the inode table of group %d, unused", grp.num))
+			zeros(grp.inodeTable, grp.inodeTable+g.inodesPerGroup*g.inodeSize/g.blockSize-1, "inode table", "unused", grp.num)
 		}
 		first := grp.num*g.inodesPerGroup + 1
 		var inGroup []int64
@@ -273,7 +307,7 @@ func (g ext4Geometry) addMetadata(used []int64, need, zeros func(first, last int
 		if !grp.flag("INODE_UNINIT") && (len(inGroup) > 0 || g.inodesPerGroup < bitsPerBlock) {
 			need(grp.inodeBitmap, grp.inodeBitmap, fmt.Sprintf("the inode bitmap of group %d", grp.num))
 		} else {
-			zeros(grp.inodeBitmap, grp.inodeBitmap, fmt.Sprintf("the inode bitmap of group %d, all free", grp.num))
+			zeros(grp.inodeBitmap, grp.inodeBitmap, "inode bitmap", "all free", grp.num)
 		}
 		for _, ino := range inGroup {
 			b := grp.inodeTable + (ino-first)*g.inodeSize/g.blockSize

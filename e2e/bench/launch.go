@@ -295,8 +295,8 @@ func (r *sidesReport) print(w io.Writer) {
 	for _, k := range slices.Sorted(maps.Keys(r.Env)) {
 		env = append(env, k+"="+r.Env[k])
 	}
-	fmt.Fprintf(w, "Every side started alike (e2e/bench/launch.go; checked in /proc/<pid> of each): %s; CPUs %s, nice %d, cgroup %s.\n",
-		strings.Join(env, " "), r.CPUs, r.Nice, r.Cgroup)
+	fmt.Fprintf(w, "Every side started alike (e2e/bench/launch.go; checked in /proc/<pid> of each): %s; CPUs %s, nice %d, the bench's cgroups (in the JSON).\n",
+		strings.Join(env, " "), r.CPUs, r.Nice)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| side | runs |")
 	fmt.Fprintln(w, "|---|---|")
