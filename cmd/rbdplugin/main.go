@@ -63,7 +63,7 @@ func parseFlags(args []string) (flags, error) {
 	fs.StringVar(&f.driverName, "drivername", DefaultDriverName, "CSI driver name, as in the CSIDriver object and StorageClasses")
 	fs.StringVar(&f.mode, "mode", "all", "services to run: controller, node or all")
 	fs.StringVar(&f.clusterConfig, "cluster-config", "/etc/rbdcsi/cluster-config.json", "JSON list of {clusterID, monitors[]}")
-	fs.StringVar(&f.kmsConfig, "kms-config", "", "JSON map from KMS ID (a StorageClass's encryptionKMSID) to where its key encryption keys come from (README, Encryption); empty: encrypted classes are refused")
+	fs.StringVar(&f.kmsConfig, "kms-config", "", "JSON map from KMS ID (a StorageClass's encryptionKMSID) to where its key encryption keys come from (docs/encryption.md); empty: encrypted classes are refused")
 	fs.DurationVar(&f.ctrl.KEKRotationInterval, "kek-rotation-interval", upkeep.DefaultKEKRotationInterval, "with --kms-config and --controller-secret-dir: how often the controller re-wraps the data keys of encrypted volumes whose KEK is not their KMS's current one, with the KEKs in that Secret")
 	fs.StringVar(&f.secretDir, "controller-secret-dir", "", "directory with userID and userKey files (a mounted Secret) for the controller calls that carry no secrets: ListVolumes, GetCapacity, ControllerGetVolume")
 	fs.DurationVar(&f.cephTimeout, "ceph-timeout", 10*time.Second, "bound on every Ceph operation")

@@ -13,8 +13,8 @@ import (
 )
 
 // servePprof serves Go's profiles (/debug/pprof/) on addr until ctx ends,
-// for measuring where the plugin's time and memory go (README,
-// Performance). Off unless --pprof-address is set; bind it to 127.0.0.1:
+// for measuring where the plugin's time and memory go
+// (docs/development.md#performance). Off unless --pprof-address is set; bind it to 127.0.0.1:
 // profiles show the process's internals to whoever can reach them.
 func servePprof(ctx context.Context, addr string) (net.Addr, error) {
 	l, err := net.Listen("tcp", addr)

@@ -29,7 +29,7 @@ func TestContract(t *testing.T) {
 	backend := ceph.NewBackend(conns, ceph.BackendOptions{})
 	pool := rbd.Pool{MonHost: c.MonHost, Cred: cluster.Credentials{ID: c.CSIUser, Key: c.CSIKey}, Name: c.Pool, Namespace: c.Namespace}
 	// The CSI user may add blocklist entries, not lift them: the node
-	// plugins' user lifts its node's (deploy/kubernetes/secret.yaml).
+	// plugins' user lifts its node's (docs/install.md#3-the-ceph-users).
 	lifter := c.Name("rbdcsi-contract-lift")
 	lifterKey := c.NewUser(t, lifter, "mon", `allow r, allow command "osd blocklist" with blocklistop=rm`)
 	rbdtest.Run(t, func(t *testing.T) rbdtest.Target {

@@ -14,7 +14,7 @@ import (
 	"github.com/rbdcsi/rbdcsi/e2e/harness"
 )
 
-// The fence on two machines, each with a real kernel (issue 15): A maps
+// The fence on two machines, each with a real kernel: A maps
 // and writes. A's link is cut. The volume moves to B. A's link comes
 // back. A's writes fail, and B's filesystem checks clean.
 //

@@ -15,8 +15,8 @@ import (
 	"github.com/rbdcsi/rbdcsi/e2e/harness"
 )
 
-// The node plugins' own Ceph user, with the rights deploy/kubernetes/
-// secret.yaml gives it, is enough for the heartbeat that makes a node
+// The node plugins' own Ceph user, with the caps
+// docs/install.md#3-the-ceph-users gives it, is enough for the heartbeat that makes a node
 // attachable, and not for removing an image, forging an attachment or
 // fencing a client (it may only lift blocklist entries, its fences).
 func TestNodeUserCanOnlyHeartbeat(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 
 // attachEnv is a controller plus two node plugins (node-a, node-b) that
 // register themselves in the node registry, all on one machine. The nodes
-// run as a node user with the rights deploy/kubernetes/secret.yaml gives
+// run as a node user with the caps docs/install.md#3-the-ceph-users gives
 // it: write the registry object, lift blocklist entries (their fences).
 type attachEnv struct {
 	env
@@ -60,7 +60,7 @@ func newAttachEnv(t *testing.T, ctrlFlags ...string) attachEnv {
 	return e
 }
 
-// nodeUserCaps are the node user's rights in deploy/kubernetes/secret.yaml.
+// nodeUserCaps are the node user's caps in docs/install.md#3-the-ceph-users.
 func nodeUserCaps(c harness.Cluster) []string {
 	return []string{"mon", `allow r, allow command "osd blocklist" with blocklistop=rm`,
 		"osd", "allow rwx pool=" + c.Pool + " object_prefix rbdcsi.nodes"}

@@ -74,7 +74,7 @@ func TestReadAffinity(t *testing.T) {
 		return
 	case "krbd":
 	default:
-		t.Skipf("read affinity is a krbd and nbd matter; the %s mounter does not read from replicas (README, Flags)", mounter())
+		t.Skipf("read affinity is a krbd and nbd matter; the %s mounter does not read from replicas (docs/reference.md#flags, --crush-location-labels)", mounter())
 	}
 	e := setup(t, crushLabels...)
 	c := blockCap(singleWriter)

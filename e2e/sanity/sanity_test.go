@@ -18,7 +18,7 @@ import (
 )
 
 // skipped lists the sanity specs we do not run, each with the reason. Only
-// a capability the driver does not advertise may justify a skip (README).
+// a capability the driver does not advertise may justify a skip (docs/development.md#csi-sanity).
 var skipped = map[string]string{}
 
 func TestSanity(t *testing.T) {

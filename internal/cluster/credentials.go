@@ -104,7 +104,7 @@ func (c Credentials) KeyType() string {
 
 // AES256KHint says why an AES256K key cannot serve a Ceph client older
 // than Squid 19.2.6 or Tentacle 20.2.4, or Linux's krbd before 7.0, and
-// what an admin can do (README, "Ceph releases").
+// what an admin can do (docs/operations.md#aes256k-keys).
 func (c Credentials) AES256KHint() string {
 	return fmt.Sprintf("%s has an AES256K key, which Ceph clients before 19.2.6/20.2.4 and the kernel RBD client before Linux 7.0 cannot use: "+
 		"give the user an AES key (`ceph auth rotate client.%s --key_type aes`, after allowing AES keys with "+

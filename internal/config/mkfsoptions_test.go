@@ -6,8 +6,8 @@ import (
 )
 
 // Every flag of the allow-lists is accepted with a sample value, and the
-// hostile or pointless ones are refused naming the flag (the README's
-// security section lists the same).
+// hostile or pointless ones are refused naming the flag (docs/security.md
+// and docs/reference.md#mkfs-options list the same).
 func TestMkfsOptions(t *testing.T) {
 	allowed := map[string][]string{
 		"ext4": {

@@ -47,7 +47,7 @@ func mutableParams(mutable map[string]string) (q config.QoS, sparsify string, er
 // ControllerModifyVolume changes a volume's QoS parameters, and starts a
 // sparsify a new sparsify value asks for. QoS keys the request does not
 // name keep their values; librbd clients that have the image open pick the
-// new limits up when they refresh it (README, QoS).
+// new limits up when they refresh it (docs/reference.md#qos).
 func (c *Controller) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if id == "" {

@@ -18,8 +18,8 @@ import (
 )
 
 // Freed blocks go back to Ceph only as discards. Filesystems are mounted
-// without online discard (README, "Freed space and discard"), so the node
-// trims them in batches: TrimAll on an interval or on demand.
+// without online discard (docs/operations.md#freed-space-fstrim-and-sparsify),
+// so the node trims them in batches: TrimAll on an interval or on demand.
 
 // Trim results, as TrimObserver and the metrics name them.
 const (
