@@ -119,9 +119,9 @@ func (b *bench) sayContents(ctx context.Context, l imageLayout, c *objectsCheck)
 			return err
 		}
 		if strings.Trim(data, "\x00") == "" {
-			c.Beyond[i] += " (only zeros)"
+			c.Beyond[i] += "; holds only zeros"
 		} else {
-			c.Beyond[i] += " (data)"
+			c.Beyond[i] += "; holds data"
 		}
 	}
 	return nil
