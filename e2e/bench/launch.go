@@ -211,9 +211,20 @@ type sidesReport struct {
 // CPUs it may use, its nice value and its cgroup.
 func inspect(pid, gomaxprocs int) (sideInfo, error) {
 	s := sideInfo{PID: pid}
-	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-	if err != nil {
-		return s, err
+	// Right after exec the kernel may not have placed the new
+	// environment yet, and /proc shows none: wait for it.
+	var env []byte
+	for try := 0; len(env) == 0; try++ {
+		var err error
+		if env, err = os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid)); err != nil {
+			return s, err
+		}
+		if len(env) == 0 {
+			if try == 100 {
+				return s, fmt.Errorf("/proc/%d/environ stays empty", pid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 	s.Env = governedIn(strings.Split(strings.TrimRight(string(env), "\x00"), "\x00"), gomaxprocs)
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
