@@ -6,9 +6,9 @@
 #   rootfs.sh deps            install what building a root needs (debootstrap)
 #   rootfs.sh base SUITE      print the path of SUITE's untouched minbase root
 #                             (debootstrap on first use; e.g. bookworm)
-#   rootfs.sh runtime SUITE   print the path of SUITE's plugin root: minbase
-#                             plus build/Dockerfile's runtime packages (the
-#                             plugin image's filesystem; e.g. trixie, forky)
+#   rootfs.sh runtime SUITE   print the path of SUITE's plugin root: the root
+#                             of build/Dockerfile's runtime stage, built by
+#                             scripts/image.sh (e.g. trixie, forky)
 #   rootfs.sh dev SUITE       print the path of SUITE's test layer: what builds
 #                             the plugin and runs a test cluster (DEV_PACKAGES),
 #                             an overlay layer to stack over the runtime root
@@ -109,25 +109,32 @@ base() {
 	bootstrap "$1-minbase" "$1"
 }
 
-# The plugin's runtime packages: the apt-get install of build/Dockerfile's
-# runtime stage (its last), so the image built here and the one
-# `docker build` makes carry the same packages.
-# shellcheck disable=SC1003
-runtime_packages() {
-	awk '/^FROM / {stage = ""} {stage = stage $0 "\n"} END {printf "%s", stage}' "$HERE/../build/Dockerfile" |
-		sed -n '/apt-get install/,/rm -rf/p' | tr -s '[:space:]\\' '\n' |
-		grep -E '^[a-z0-9][a-z0-9.+-]+$' | grep -vxE 'apt-get|install|rm|rf|y|DEBIAN_FRONTEND=noninteractive' | sort -u
-}
-
-# runtime SUITE: minbase plus the plugin's runtime packages. debootstrap
-# configures them with /proc and /sys mounted and /dev's basic nodes made
-# in the root, which postinsts such as cryptsetup-bin's (systemd-tmpfiles)
-# need; `run` below mounts all three for later installs.
+# runtime SUITE: the root of build/Dockerfile's runtime stage, the image
+# users run but for the plugin binary (scripts/image.sh runtime builds it
+# with buildah), exported once per image: the kernel test's guests, the Ceph
+# matrix and the test layer below run on what the image carries.
 runtime() {
-	local pkgs
-	pkgs=$(runtime_packages | paste -sd, -)
-	[[ -n $pkgs ]] || die "no runtime packages found in build/Dockerfile"
-	bootstrap "$1-runtime" "$1" "$pkgs"
+	local suite=$1 id dir key c mnt
+	[[ $suite =~ ^[a-z]+$ ]] || die "bad suite name: $suite"
+	id=$("$HERE/image.sh" runtime "$suite") || die "building the runtime stage of $suite failed"
+	dir=$CACHE/$suite-runtime
+	key="$suite image $id"
+	lock "$suite-runtime"
+	if [[ -f $dir/.rootfs-complete && $(head -1 "$dir/.rootfs-complete") == "$key" ]]; then
+		echo "$dir"
+		return
+	fi
+	rm -rf "$dir" "$dir.tmp"
+	mkdir -p "$dir.tmp"
+	c=$(buildah from --pull=never "localhost/rbdcsi/runtime:$suite")
+	mnt=$(buildah mount "$c")
+	cp -a "$mnt/." "$dir.tmp/"
+	buildah umount "$c" >/dev/null
+	buildah rm "$c" >/dev/null
+	printf '%s\n%s\n' "$key" "$(date -u +%FT%TZ)" >"$dir.tmp/.rootfs-complete"
+	mv "$dir.tmp" "$dir"
+	log "$suite-runtime exported from image $id"
+	echo "$dir"
 }
 
 # dev SUITE: DEV_PACKAGES installed by apt in an overlay over the runtime

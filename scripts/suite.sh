@@ -20,29 +20,30 @@
 #
 # run binds the repository at /src (read-only), Go at /usr/local/go and
 # $SUITE_BINDS (space-separated DIR, bound at its own path). Go's build
-# cache per suite lives in $RBDCSI_SUITE_CACHE (default
-# /var/cache/rbdcsi-suite). $SUITE_ENV adds NAME=VALUE words to CMD's
-# environment. Whatever CMD starts ends with it (rootfs.sh run).
+# cache per suite is the one the image build of that suite keeps
+# (scripts/image.sh gocache): with the same flags (-trimpath), the plugin's
+# packages compile once for the image and the tests. $SUITE_ENV adds
+# NAME=VALUE words to CMD's environment. Whatever CMD starts ends with it
+# (rootfs.sh run).
 set -euo pipefail
 
 readonly PROG=${0##*/}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 readonly ROOT
-readonly CACHE=${RBDCSI_SUITE_CACHE:-/var/cache/rbdcsi-suite}
 die() {
 	echo "$PROG: $*" >&2
 	exit 1
 }
 
 run() {
-	local suite=$1 runtime dev ov binds d rc=0
+	local suite=$1 runtime dev ov binds d rc=0 gocache
 	shift
 	[[ $suite =~ ^[a-z]+$ ]] || die "bad suite name: $suite"
 	runtime=$("$ROOT/scripts/rootfs.sh" runtime "$suite")
 	dev=$("$ROOT/scripts/rootfs.sh" dev "$suite")
-	mkdir -p "$CACHE/go-build-$suite"
+	gocache=$("$ROOT/scripts/image.sh" gocache "$suite")
 	ov=$(mktemp -d "${TMPDIR:-/tmp}/rbdcsi-suite-$suite.XXXXXX")
-	binds="$ROOT:/src:ro $(go env GOROOT):/usr/local/go:ro $(go env GOMODCACHE):/gomod:ro $CACHE/go-build-$suite:/gocache"
+	binds="$ROOT:/src:ro $(go env GOROOT):/usr/local/go:ro $(go env GOMODCACHE):/gomod:ro $gocache:/gocache"
 	for d in ${SUITE_BINDS:-}; do binds+=" $d:$d"; done
 	ROOTFS_OVERLAY=$ov ROOTFS_LAYERS=$dev ROOTFS_BINDS=$binds \
 		ROOTFS_ENV="PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin GOMODCACHE=/gomod GOCACHE=/gocache GOPROXY=off GOTOOLCHAIN=local GOFLAGS=-buildvcs=false ${SUITE_ENV:-}" \
@@ -57,8 +58,8 @@ readonly BUILD='set -e; cd "$1"; out=$2; shift 2
 	tags=$(build/ceph-tags.sh)
 	echo "librbd $(dpkg-query -W -f="\${Version}" librbd-dev), go-ceph tag ${tags:-none (the newest)}"
 	version=$(cat "$out/.version" 2>/dev/null || echo dev)
-	go build -tags "$tags" -ldflags "-X main.version=$version" -o "$out/rbdplugin" ./cmd/rbdplugin
-	for p in "$@"; do go test -tags "$tags" -c -o "$out/$p.test" "./e2e/$p"; done'
+	go build -tags "$tags" -trimpath -ldflags "-X main.version=$version" -o "$out/rbdplugin" ./cmd/rbdplugin
+	for p in "$@"; do go test -tags "$tags" -trimpath -c -o "$out/$p.test" "./e2e/$p"; done'
 
 build() {
 	local suite=$1 out=$2

@@ -23,9 +23,10 @@ var knownSteps = map[string]string{
 	"e2e":    "make e2e: E2E_PACKAGES in scripts/k8s-build.sh",
 	"rootfs": "cached root filesystems: ROOTFS_PACKAGES in scripts/rootfs.sh",
 	"kernel": "make kernel-test: KERNEL_PACKAGES in its script",
+	"build":  "make image: BUILD_PACKAGES in scripts/image.sh",
 	// Steps whose programs the project does not install.
 	"prereq": "what the README asks for before make can run",
-	"manual": "optional targets run by hand (make image: a Docker engine; make bench -perf: linux-perf)",
+	"manual": "optional targets run by hand (make bench -perf: linux-perf)",
 }
 
 // unlisted steps have no package list of the project's.

@@ -77,11 +77,19 @@ func makeVariable(text, name string) []string {
 	return strings.Fields(m[1])
 }
 
-// dockerfileRuntimePackages returns what the last stage's apt-get install
-// names.
+// dockerfileRuntimePackages returns what the apt-get install of the stage
+// named runtime (or, without one, the last stage) names.
 func dockerfileRuntimePackages(text string) []string {
+	// The stage named runtime, else the last one.
 	stages := regexp.MustCompile(`(?m)^FROM `).Split(text, -1)
-	last := strings.ReplaceAll(stages[len(stages)-1], "\\\n", " ")
+	last := stages[len(stages)-1]
+	for _, st := range stages[1:] {
+		head, _, _ := strings.Cut(st, "\n")
+		if f := strings.Fields(head); len(f) == 3 && strings.EqualFold(f[1], "AS") && f[2] == "runtime" {
+			last = st
+		}
+	}
+	last = strings.ReplaceAll(last, "\\\n", " ")
 	var out []string
 	for _, m := range regexp.MustCompile(`apt-get install([^&\n]*)`).FindAllStringSubmatch(last, -1) {
 		for _, w := range strings.Fields(m[1]) {

@@ -283,7 +283,7 @@ func TestParseListRefusesMistakes(t *testing.T) {
 func TestPackageLists(t *testing.T) {
 	root := tree(t, map[string]string{
 		"Makefile":         "DEB_PACKAGES := a b \\\n\tc\nOTHER := x\n",
-		"build/Dockerfile": "FROM golang AS build\nRUN apt-get install -y librbd-dev\nFROM debian\nRUN apt-get update \\\n && apt-get install -y --no-install-recommends \\\n  ceph-common mount \\\n && rm -rf /x\n",
+		"build/Dockerfile": "FROM golang AS build\nRUN apt-get install -y librbd-dev\nFROM debian AS runtime\nRUN apt-get update \\\n && apt-get install -y --no-install-recommends \\\n  ceph-common mount \\\n && rm -rf /x\nFROM runtime\nRUN apt-get install -y notruntime\n",
 		"scripts/k.sh":     "readonly E2E_PACKAGES=(etcd-server\n\tcurl)\n",
 	})
 	lists, err := PackageLists(root, []string{"scripts/k.sh"})
