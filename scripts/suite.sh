@@ -58,7 +58,9 @@ readonly BUILD='set -e; cd "$1"; out=$2; shift 2
 	tags=$(build/ceph-tags.sh)
 	echo "librbd $(dpkg-query -W -f="\${Version}" librbd-dev), go-ceph tag ${tags:-none (the newest)}"
 	version=$(cat "$out/.version" 2>/dev/null || echo dev)
-	go build -tags "$tags" -trimpath -ldflags "-X main.version=$version" -o "$out/rbdplugin" ./cmd/rbdplugin
+	commit=$(cat "$out/.commit" 2>/dev/null || echo unknown)
+	go build -tags "$tags" -trimpath -o "$out/rbdplugin" \
+		-ldflags "-X main.version=$version -X main.commit=$commit -X main.librbd=$(dpkg-query -W -f="\${Version}" librbd-dev)" ./cmd/rbdplugin
 	for p in "$@"; do go test -tags "$tags" -trimpath -c -o "$out/$p.test" "./e2e/$p"; done'
 
 build() {
@@ -67,6 +69,7 @@ build() {
 	mkdir -p "$out"
 	out=$(realpath "$out")
 	git -C "$ROOT" describe --tags --always --dirty >"$out/.version" 2>/dev/null || echo dev >"$out/.version"
+	git -C "$ROOT" rev-parse HEAD >"$out/.commit" 2>/dev/null || echo unknown >"$out/.commit"
 	if [[ $suite == host ]]; then
 		bash -c "$BUILD" build "$ROOT" "$out" "$@"
 	else

@@ -28,9 +28,6 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/rbd/ceph"
 )
 
-// version is set at link time (-ldflags "-X main.version=...").
-var version = "dev"
-
 // DefaultDriverName is the one driver name used across deploy/ and tests.
 const DefaultDriverName = "rbd.csi.rbdcsi.dev"
 
@@ -53,6 +50,7 @@ type flags struct {
 	node          *nodeFlags
 	topology      *topologyFlags
 	builtins      *builtinFlags
+	showVersion   bool
 }
 
 func parseFlags(args []string) (flags, error) {
@@ -96,12 +94,16 @@ func parseFlags(args []string) (flags, error) {
 	f.registry = addRegistryFlags(fs)
 	f.topology = addTopologyFlags(fs)
 	f.builtins = addBuiltinFlags(fs)
+	fs.BoolVar(&f.showVersion, "version", false, "print the version, the commit and the librbd the binary was built against, then exit")
 	fs.StringVar(&f.crashAt, "test-crash-at", "", "for crash tests only (and only with "+crashEnv+"=1): kill the plugin (SIGKILL) when an operation reaches this point")
 	kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(kfs)
 	kfs.VisitAll(func(fl *flag.Flag) { fs.Var(fl.Value, fl.Name, fl.Usage) })
 	if err := fs.Parse(args); err != nil {
 		return f, err
+	}
+	if f.showVersion {
+		return f, nil
 	}
 	f.registry.instance = f.ctrl.InstanceID
 	f.ctrl.DriverName = f.driverName
@@ -149,6 +151,10 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rbdplugin:", err)
 		os.Exit(2)
+	}
+	if f.showVersion {
+		fmt.Println(versionLine())
+		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
