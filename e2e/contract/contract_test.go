@@ -5,10 +5,14 @@
 package contract
 
 import (
+	"context"
+	"errors"
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	librbd "github.com/ceph/go-ceph/rbd"
 
@@ -32,6 +36,8 @@ func TestContract(t *testing.T) {
 	// plugins' user lifts its node's (docs/install.md#3-the-ceph-users).
 	lifter := c.Name("rbdcsi-contract-lift")
 	lifterKey := c.NewUser(t, lifter, "mon", `allow r, allow command "osd blocklist" with blocklistop=rm`)
+	poolless := c.Name("rbdcsi-contract-poolless")
+	poollessKey := c.NewUser(t, poolless, "mon", "profile rbd")
 	rbdtest.Run(t, func(t *testing.T) rbdtest.Target {
 		return rbdtest.Target{
 			Backend:       backend,
@@ -42,8 +48,53 @@ func TestContract(t *testing.T) {
 			DetachBehind:  func(t *testing.T, _ rbd.Pool, parent, child string) { c.DetachBehindRBD(t, parent, child) },
 			Blocklisted:   func(t *testing.T) []string { return slices.Collect(maps.Keys(c.Blocklist(t))) },
 			Unblocklister: cluster.Credentials{ID: lifter, Key: lifterKey},
+			Poolless:      cluster.Credentials{ID: poolless, Key: poollessKey},
+			Rejected:      cluster.Credentials{ID: c.CSIUser, Key: wrongKey},
 		}
 	})
+}
+
+// wrongKey is a well-formed cephx key that is no user's.
+const wrongKey = "AQAAAAAAAAAAABAAAAAAAAAAAAAAAAAAAAAAAA=="
+
+// The monitors refuse a blocklist entry to a user without mon 'profile
+// rbd' and its lift to one without blocklistop=rm; each refusal names the
+// user and the cap the install guide gives for it.
+func TestRefusedBlocklist(t *testing.T) {
+	c := harness.LoadCluster(t)
+	conns := ceph.NewConns(ceph.DefaultOptions())
+	t.Cleanup(conns.Close)
+	backend := ceph.NewBackend(conns, ceph.BackendOptions{})
+	lifter := cluster.Credentials{ID: c.Name("rbdcsi-contract-refused")}
+	lifter.Key = c.NewUser(t, lifter.ID, "mon", `allow r, allow command "osd blocklist" with blocklistop=rm`)
+	csi := cluster.Credentials{ID: c.CSIUser, Key: c.CSIKey}
+	const addr = "127.0.0.1:0/4242"
+	t.Cleanup(func() { c.Unblocklist(t, addr) })
+	for _, tc := range []struct {
+		what string
+		cred cluster.Credentials
+		call func(context.Context) error
+		cap  string
+	}{
+		{"Blocklist by the lifting user", lifter, func(ctx context.Context) error {
+			return backend.Blocklist(ctx, c.MonHost, lifter, addr, time.Minute)
+		}, cluster.CapMon},
+		{"Unblocklist by the CSI user", csi, func(ctx context.Context) error { return backend.Unblocklist(ctx, c.MonHost, csi, addr) }, cluster.CapLift},
+	} {
+		err := tc.call(harness.Ctx(t))
+		if !errors.Is(err, rbd.ErrPermission) {
+			t.Errorf("%s: %v, want a refusal", tc.what, err)
+			continue
+		}
+		for _, w := range []string{"Ceph refused client." + tc.cred.ID + " on the monitors", tc.cap, cluster.CapsDoc} {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q does not say %q", tc.what, err, w)
+			}
+		}
+		if strings.Contains(err.Error(), tc.cred.Key) {
+			t.Errorf("%s: the error shows the key", tc.what)
+		}
+	}
 }
 
 // watch opens the image read-write on a connection of its own, which

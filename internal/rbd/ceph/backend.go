@@ -76,16 +76,17 @@ func (b *Backend) withConn(ctx context.Context, monHost string, cred cluster.Cre
 	}
 }
 
-// withIoctx is withConn with an I/O context on the pool.
+// withIoctx is withConn with an I/O context on the pool. A refusal names
+// the user and the OSD caps the pool needs (rbd.RefusedOn).
 func (b *Backend) withIoctx(ctx context.Context, p rbd.Pool, op string, fn func(*rados.IOContext) error) error {
-	return b.withConn(ctx, p.MonHost, p.Cred, op, func(conn *rados.Conn) error {
+	return rbd.RefusedOn(p, b.withConn(ctx, p.MonHost, p.Cred, op, func(conn *rados.Conn) error {
 		ioctx, err := openIoctx(conn, p)
 		if err != nil {
 			return err
 		}
 		defer ioctx.Destroy()
 		return fn(ioctx)
-	})
+	}))
 }
 
 // inMissingNamespace names a missing RADOS namespace as the cause of a
@@ -133,7 +134,8 @@ func (b *Backend) CreateImage(ctx context.Context, p rbd.Pool, name string, spec
 			}
 		}
 		if err := librbd.CreateImage(ioctx, name, spec.Size, opts); err != nil {
-			return inMissingNamespace(ioctx, p, fmt.Errorf("creating image %s/%s: %w", p.Name, name, classify(err)))
+			err = inMissingNamespace(ioctx, p, fmt.Errorf("creating image %s/%s: %w", p.Name, name, classify(err)))
+			return rbd.RefusedOn(p, err, spec.DataPool) // the data pool may be the one refused
 		}
 		b.fault("CreateImage:created")
 		return setMetadata(ioctx, name, spec)
@@ -259,7 +261,7 @@ func (b *Backend) PoolAvailable(ctx context.Context, p rbd.Pool) (int64, error) 
 		avail, err = poolAvailable(conn, p.Name)
 		return err
 	})
-	return avail, err
+	return avail, rbd.RefusedAt(p.Cred, cluster.CapMon+" "+cluster.CapMgr(p.Name), err)
 }
 
 // ListPools returns the cluster's pool names.
@@ -273,7 +275,7 @@ func (b *Backend) ListPools(ctx context.Context, monHost string, cred cluster.Cr
 		sort.Strings(pools)
 		return nil
 	})
-	return pools, err
+	return pools, rbd.RefusedAt(cred, cluster.CapMon, err)
 }
 
 func poolAvailable(conn *rados.Conn, pool string) (int64, error) {
@@ -357,7 +359,7 @@ func (b *Backend) PoolFull(ctx context.Context, p rbd.Pool) (bool, error) {
 		}
 		return nil
 	})
-	return full, err
+	return full, rbd.RefusedAt(p.Cred, cluster.CapMon, err)
 }
 
 // Backend is the contract's go-ceph implementation.

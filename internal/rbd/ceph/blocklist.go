@@ -28,7 +28,7 @@ func (b *Backend) Blocklist(ctx context.Context, monHost string, cred cluster.Cr
 	// CephFloat).
 	secs := json.Number(strconv.FormatFloat(expire.Seconds(), 'f', 1, 64))
 	cmd := map[string]any{"prefix": "osd blocklist", "blocklistop": "add", "addr": addr, "expire": secs}
-	return b.withConn(ctx, monHost, cred, "Blocklist", func(conn *rados.Conn) error {
+	return rbd.RefusedAt(cred, cluster.CapMon, b.withConn(ctx, monHost, cred, "Blocklist", func(conn *rados.Conn) error {
 		if err := monCommand(conn, cmd); err != nil {
 			return fmt.Errorf("blocklisting client %s: %w", addr, err)
 		}
@@ -38,7 +38,7 @@ func (b *Backend) Blocklist(ctx context.Context, monHost string, cred cluster.Cr
 			return fmt.Errorf("waiting for the OSD map that blocklists %s: %w", addr, classify(err))
 		}
 		return nil
-	})
+	}))
 }
 
 // Unblocklist removes addr from the OSD blocklist ("osd blocklist rm",
@@ -49,14 +49,14 @@ func (b *Backend) Unblocklist(ctx context.Context, monHost string, cred cluster.
 		return err
 	}
 	cmd := map[string]any{"prefix": "osd blocklist", "blocklistop": "rm", "addr": addr}
-	return b.withConn(ctx, monHost, cred, "Unblocklist", func(conn *rados.Conn) error {
+	return rbd.RefusedAt(cred, cluster.CapLift, b.withConn(ctx, monHost, cred, "Unblocklist", func(conn *rados.Conn) error {
 		// An address that is not blocklisted is a success ("... isn't
 		// blocklisted", status 0).
 		if err := monCommand(conn, cmd); err != nil {
 			return fmt.Errorf("lifting the blocklist entry of client %s: %w", addr, err)
 		}
 		return nil
-	})
+	}))
 }
 
 func monCommand(conn *rados.Conn, cmd map[string]any) error {

@@ -198,7 +198,8 @@ func dial(monHost string, cred cluster.Credentials, timeout time.Duration) (*rad
 	start := time.Now()
 	if err := conn.Connect(); err != nil {
 		conn.Shutdown()
-		return nil, unusableKey(cred, fmt.Errorf("connecting to monitors %s as %s: %w", monHost, cred, classify(err)))
+		err = rbd.AuthRefused(monHost, cred, fmt.Errorf("connecting to monitors %s as %s: %w", monHost, cred, classify(err)))
+		return nil, unusableKey(cred, err)
 	}
 	klog.V(4).InfoS("connected to Ceph", "monitors", monHost, "user", cred.ID, "took", time.Since(start))
 	return conn, nil

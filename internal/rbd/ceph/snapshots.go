@@ -177,7 +177,9 @@ func (b *Backend) Clone(ctx context.Context, parent, child rbd.Pool, name string
 	if spec.ParentSnapID != 0 && b.groupSnaps != nil {
 		return b.groupSnaps
 	}
-	return b.withIoctx(ctx, child, "Clone", func(cio *rados.IOContext) error {
+	return b.withIoctx(ctx, child, "Clone", func(cio *rados.IOContext) (err error) {
+		// The parent's pool, or the data pool, may be the one refused.
+		defer func() { err = rbd.RefusedOn(child, err, parent.Name, spec.DataPool) }()
 		conn, release, err := b.conns.get(ctx, parent.MonHost, parent.Cred)
 		if err != nil {
 			return err

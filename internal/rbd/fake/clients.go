@@ -51,11 +51,14 @@ func (c *Ceph) BreakLock(ctx context.Context, p rbd.Pool, name, addr string) err
 
 // Blocklist records the entry and drops the client's watches (not its
 // lock), as the OSDs do once they have the map with it.
-func (c *Ceph) Blocklist(ctx context.Context, _ string, _ cluster.Credentials, addr string, expire time.Duration) error {
+func (c *Ceph) Blocklist(ctx context.Context, monHost string, cred cluster.Credentials, addr string, expire time.Duration) error {
 	if err := c.begin(ctx); err != nil {
 		return err
 	}
 	defer c.mu.Unlock()
+	if err := c.connect(monHost, cred); err != nil {
+		return err
+	}
 	if err := rbd.ValidClientAddr(addr); err != nil {
 		return err
 	}
@@ -63,7 +66,7 @@ func (c *Ceph) Blocklist(ctx context.Context, _ string, _ cluster.Credentials, a
 		return fmt.Errorf("%w: blocklist expiry %v is below one second", rbd.ErrInvalid, expire)
 	}
 	if c.blocklistErr != nil {
-		return fmt.Errorf("blocklisting client %s: %w", addr, c.blocklistErr)
+		return rbd.RefusedAt(cred, cluster.CapMon, fmt.Errorf("blocklisting client %s: %w", addr, c.blocklistErr))
 	}
 	c.blocklist[addr] = c.now().Add(expire)
 	for _, pl := range c.pools {
@@ -77,11 +80,14 @@ func (c *Ceph) Blocklist(ctx context.Context, _ string, _ cluster.Credentials, a
 }
 
 // Unblocklist drops the entry; a missing one is fine.
-func (c *Ceph) Unblocklist(ctx context.Context, _ string, _ cluster.Credentials, addr string) error {
+func (c *Ceph) Unblocklist(ctx context.Context, monHost string, cred cluster.Credentials, addr string) error {
 	if err := c.begin(ctx); err != nil {
 		return err
 	}
 	defer c.mu.Unlock()
+	if err := c.connect(monHost, cred); err != nil {
+		return err
+	}
 	if err := rbd.ValidClientAddr(addr); err != nil {
 		return err
 	}

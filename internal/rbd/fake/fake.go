@@ -8,8 +8,9 @@
 //
 // Beyond the contract it offers hooks that make the states a crash or
 // another client leaves (Watch, RemoveHeader, DetachBehind, SetFull,
-// IncompleteGroupSnap),
-// for tests of the code above it.
+// IncompleteGroupSnap) and the refusals of users without the caps a call
+// needs (RejectUser, DenyPools, FailBlocklist), for tests of the code
+// above it.
 package fake
 
 import (
@@ -67,6 +68,10 @@ type shared struct {
 	// expires; blocklistErr, when set, is what Blocklist fails with.
 	blocklist    map[string]time.Time
 	blocklistErr error
+	// rejected are the users the monitors refuse to authenticate,
+	// poolless those whose caps cover no pool (hooks.go: RejectUser,
+	// DenyPools).
+	rejected, poolless map[string]bool
 }
 
 type pool struct {
@@ -140,7 +145,8 @@ func New(o Options) *Ceph {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	cl := &shared{now: o.Now, avail: o.Available, pools: map[string]*pool{}, blocklist: map[string]time.Time{}}
+	cl := &shared{now: o.Now, avail: o.Available, pools: map[string]*pool{}, blocklist: map[string]time.Time{},
+		rejected: map[string]bool{}, poolless: map[string]bool{}}
 	c := &Ceph{shared: cl, fault: o.Fault, addr: cl.newAddr()}
 	if o.NoGroupSnapshots {
 		c.groupSnaps = fmt.Errorf("%w: this fake client's library has no group snapshots (Options.NoGroupSnapshots, as Pacific's and Reef's librbd)", rbd.ErrNotSupported)
@@ -204,9 +210,26 @@ func (c *Ceph) begin(ctx context.Context) error {
 	return nil
 }
 
+// connect refuses a user the monitors do not let in (RejectUser), as
+// the real backend's connection does. Called with c.mu held.
+func (c *Ceph) connect(monHost string, cred cluster.Credentials) error {
+	if !c.rejected[cred.ID] {
+		return nil
+	}
+	err := fmt.Errorf("connecting to monitors %s as %s: %w: fake: the user is rejected", monHost, cred, rbd.ErrPermission)
+	return rbd.AuthRefused(monHost, cred, err)
+}
+
 // space returns the pool's RADOS namespace, made on first use as RADOS
-// does. Called with c.mu held.
+// does. Every call on a pool comes here first, so this is where a user is
+// refused as the OSDs refuse one (DenyPools). Called with c.mu held.
 func (c *Ceph) space(p rbd.Pool) (*space, error) {
+	if err := c.connect(p.MonHost, p.Cred); err != nil {
+		return nil, err
+	}
+	if c.poolless[p.Cred.ID] {
+		return nil, rbd.RefusedOn(p, fmt.Errorf("%w: fake: the user's caps cover no pool", rbd.ErrPermission))
+	}
 	pl := c.pools[p.Name]
 	if pl == nil {
 		return nil, fmt.Errorf("%w: pool %q", rbd.ErrPoolNotFound, p.Name)
@@ -263,11 +286,14 @@ func (s *space) byID(id string) (*image, error) {
 }
 
 // ListPools returns the pool names, sorted.
-func (c *Ceph) ListPools(ctx context.Context, _ string, _ cluster.Credentials) ([]string, error) {
+func (c *Ceph) ListPools(ctx context.Context, monHost string, cred cluster.Credentials) ([]string, error) {
 	if err := c.begin(ctx); err != nil {
 		return nil, err
 	}
 	defer c.mu.Unlock()
+	if err := c.connect(monHost, cred); err != nil {
+		return nil, err
+	}
 	names := make([]string, 0, len(c.pools))
 	for n := range c.pools {
 		names = append(names, n)
@@ -282,6 +308,9 @@ func (c *Ceph) PoolAvailable(ctx context.Context, p rbd.Pool) (int64, error) {
 		return 0, err
 	}
 	defer c.mu.Unlock()
+	if err := c.connect(p.MonHost, p.Cred); err != nil {
+		return 0, err
+	}
 	pl := c.pools[p.Name]
 	switch {
 	case pl == nil:
@@ -298,6 +327,9 @@ func (c *Ceph) PoolFull(ctx context.Context, p rbd.Pool) (bool, error) {
 		return false, err
 	}
 	defer c.mu.Unlock()
+	if err := c.connect(p.MonHost, p.Cred); err != nil {
+		return false, err
+	}
 	pl := c.pools[p.Name]
 	return pl != nil && pl.full, nil
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/rbd/fake"
 	"github.com/rbdcsi/rbdcsi/internal/rbd/rbdtest"
@@ -24,9 +25,14 @@ func TestContractWithoutGroupSnapshots(t *testing.T) {
 }
 
 func target(c *fake.Ceph) rbdtest.Target {
+	poolless, rejected := cluster.Credentials{ID: "contract-poolless", Key: "AQBpb29sbGVzc3Bvb2xsZXNzcG9vbGxlc3M="}, cluster.Credentials{ID: "contract-rejected", Key: "AQByZWplY3RlZHJlamVjdGVkcmVqZWN0ZWQ="}
+	c.DenyPools(poolless.ID)
+	c.RejectUser(rejected.ID)
 	return rbdtest.Target{
-		Backend: c,
-		Pool:    pool,
+		Poolless: poolless,
+		Rejected: rejected,
+		Backend:  c,
+		Pool:     pool,
 		Watch: func(t *testing.T, p rbd.Pool, image string) func() {
 			unwatch, err := c.Watch(p, image)
 			if err != nil {
@@ -55,7 +61,8 @@ func target(c *fake.Ceph) rbdtest.Target {
 	}
 }
 
-var pool = rbd.Pool{MonHost: "fake", Name: "rbd"}
+// pool is the contract's pool, used as the user client.csi-user.
+var pool = rbd.Pool{MonHost: "fake", Name: "rbd", Cred: cluster.Credentials{ID: "csi-user"}}
 
 // crash is what a fault hook raises to stop an operation at its point.
 type crash string

@@ -99,11 +99,30 @@ func (c *Ceph) Blocklisted() map[string]time.Time {
 }
 
 // FailBlocklist makes every Blocklist call fail with err until it is
-// called with nil, as a monitor that refuses or does not answer does.
+// called with nil, as a monitor that refuses (rbd.ErrPermission: a user
+// without mon 'profile rbd') or does not answer does.
 func (c *Ceph) FailBlocklist(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.blocklistErr = err
+}
+
+// RejectUser makes the monitors refuse the user, as they refuse one that
+// does not exist, whose key is not its key or that has no mon caps: every
+// call as that user fails to connect.
+func (c *Ceph) RejectUser(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rejected[id] = true
+}
+
+// DenyPools makes the user one whose caps cover no pool (mon 'profile
+// rbd' and no osd caps): the monitors let it in, and every call on a
+// pool is refused.
+func (c *Ceph) DenyPools(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.poolless[id] = true
 }
 
 // RemoveHeader leaves an image as an interrupted removal does: listed in

@@ -42,6 +42,10 @@ type Target struct {
 	// Unblocklister may lift blocklist entries, which Pool.Cred (the CSI
 	// user, mon 'profile rbd') may only add.
 	Unblocklister cluster.Credentials
+	// Poolless is a user the monitors let in whose caps cover no pool
+	// (mon 'profile rbd' alone); Rejected is one they refuse (a key that
+	// is not the user's).
+	Poolless, Rejected cluster.Credentials
 }
 
 // Run runs the suite; newTarget is called once per case.
@@ -70,6 +74,7 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"Blocklist", testBlocklist},
 		{"LockHolderOutlivesItsWatch", testLockHolderOutlivesItsWatch},
 		{"Pools", testPools},
+		{"Refusals", testRefusals},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
