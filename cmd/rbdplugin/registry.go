@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"time"
 
 	"github.com/rbdcsi/rbdcsi/internal/cluster"
@@ -87,7 +88,7 @@ func (r *registryFlags) startHeartbeat(ctx context.Context, reg *nodereg.Registr
 	err = reg.Beat(bctx, n)
 	cancel()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("the first heartbeat of node %s in the node registry %s (--node-registry, with the user of --node-secret-dir): %w", n.ID, r.location, err)
 	}
 	done := make(chan struct{})
 	go func() { reg.Run(ctx, n, r.ttl/5); close(done) }()

@@ -11,14 +11,20 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/rbdcsi/rbdcsi/e2e/harness"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 )
 
 // The node plugins' own Ceph user, with the caps
 // docs/install.md#3-the-ceph-users gives it, is enough for the heartbeat that makes a node
 // attachable, and not for removing an image, forging an attachment or
 // fencing a client (it may only lift blocklist entries, its fences).
+// Without the registry object in its caps, a node plugin does not start
+// and says which user lacks which cap; a controller call whose user may
+// only read the pool does not attach, and says the same.
 func TestNodeUserCanOnlyHeartbeat(t *testing.T) {
 	e := setupAttach(t)
 	user := e.c.Name("rbdcsi-node-e2e")
@@ -56,5 +62,49 @@ func TestNodeUserCanOnlyHeartbeat(t *testing.T) {
 	if got := e.publishedNodes(t, v); len(got) != 0 {
 		t.Errorf("attached to %v after the node user's attempts", got)
 	}
+
+	reader := e.c.Name("rbdcsi-e2e-attach-reader")
+	readerKey := e.c.NewUser(t, reader, "mon", "profile rbd", "osd", "profile rbd-read-only pool="+e.c.Pool)
+	_, err := e.cc.ControllerPublishVolume(harness.Ctx(t), &csi.ControllerPublishVolumeRequest{VolumeId: v, NodeId: "node-restricted",
+		VolumeCapability: rwo, Secrets: map[string]string{"userID": reader, "userKey": readerKey}})
+	wantWords(t, err, codes.PermissionDenied, readerKey, "publish as a user that may only read the pool",
+		"Ceph refused client."+reader+" on "+cluster.OnPool(e.c.Namespace, e.c.Pool)+":", cluster.CapRBD(e.c.Namespace, e.c.Pool), cluster.CapsDoc)
+	if got := e.publishedNodes(t, v); len(got) != 0 {
+		t.Errorf("attached to %v by a refused publish", got)
+	}
 	e.delete(t, v)
+
+	denied := e.c.Name("rbdcsi-node-e2e-denied")
+	deniedKey := e.c.NewUser(t, denied, "mon", "allow r", "osd", "allow rwx pool="+e.c.Pool+" object_prefix rbdcsi.other")
+	r := harness.Run(harness.PluginArgv(t, e.c, e.nodeArgs("node-denied", writeSecretDir(t, denied, deniedKey), t.TempDir())...), nil, time.Minute)
+	if r.Exit == 0 || r.TimedOut {
+		t.Fatalf("a node plugin whose user may not write the node registry: %+v", r)
+	}
+	for _, w := range []string{"the first heartbeat of node node-denied", "Ceph refused client." + denied + " on object " + e.c.Object("rbdcsi.nodes"),
+		cluster.CapRegistry(e.c.Pool, e.c.Namespace, "rbdcsi.nodes"), cluster.CapsDoc} {
+		if !strings.Contains(r.Output, w) {
+			t.Errorf("the node plugin's last words do not say %q:\n%s", w, r.Output)
+		}
+	}
+	if strings.Contains(r.Output, deniedKey) {
+		t.Error("the node plugin's log shows the key")
+	}
+}
+
+// wantWords checks err's code and that its message has each of words and
+// not secret.
+func wantWords(t *testing.T, err error, code codes.Code, secret, what string, words ...string) {
+	t.Helper()
+	if status.Code(err) != code {
+		t.Errorf("%s: %v, want %v", what, err, code)
+		return
+	}
+	for _, w := range words {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%s: %q does not say %q", what, err, w)
+		}
+	}
+	if strings.Contains(err.Error(), secret) {
+		t.Errorf("%s: the error shows the key", what)
+	}
 }

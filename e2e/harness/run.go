@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -100,6 +101,14 @@ func MustRun(t testing.TB, m Machine, stdin []byte, timeout time.Duration, argv 
 		t.Fatalf("%v: %s", argv, f)
 	}
 	return r.Output
+}
+
+// PluginArgv is the argv of the plugin with the given flags (plus
+// --endpoint, in a directory of the test's, and --cluster-config), for a
+// test that runs it with Run to see it refuse to start.
+func PluginArgv(t testing.TB, c Cluster, args ...string) []string {
+	t.Helper()
+	return append([]string{Binary(t)}, pluginArgs(c, "unix://"+filepath.Join(t.TempDir(), "csi.sock"), args)...)
 }
 
 // childEnv is this process's environment without the CEPH_ variables,

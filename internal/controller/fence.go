@@ -121,10 +121,7 @@ func (c *Controller) fenceFailed(id, node string, addrs []string, err error) err
 	if errors.Is(err, rbd.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
 		code = codes.Unavailable
 	}
-	hint := ""
-	if errors.Is(err, rbd.ErrPermission) {
-		hint = " (the Ceph user of the request needs mon 'profile rbd', which allows osd blocklist add)"
-	}
-	return status.Errorf(code, "volume %s stays attached to node %s: the node still has it open (clients %s) and fencing them failed: %v%s",
-		id, node, strings.Join(addrs, ", "), err, hint)
+	// A refusal names the user and the cap itself (rbd.RefusedAt).
+	return status.Errorf(code, "volume %s stays attached to node %s: the node still has it open (clients %s) and fencing them failed: %v",
+		id, node, strings.Join(addrs, ", "), err)
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/rbdcsi/rbdcsi/internal/attach"
 	"github.com/rbdcsi/rbdcsi/internal/config"
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
@@ -81,6 +83,14 @@ func (c *Controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 	}
 	defer releaseSlot()
 	if err := c.backend.SetMetadata(ctx, pool, vol.Image, map[string]string{attach.MetaPrefix + node: want.String()}); err != nil {
+		// A write Ceph refused or failed is no attachment: its index entry
+		// goes too, with the controller's own credentials. One that timed
+		// out may have landed, and keeps it (pruneStale drops it if not).
+		if !errors.Is(err, rbd.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+			if rerr := c.nodes.RemoveAttachment(ctx, node, id); rerr != nil {
+				klog.ErrorS(rerr, "removing the index entry of a failed attach; it is pruned later", "volumeID", id, "node", node)
+			}
+		}
 		return nil, cephStatus(err)
 	}
 	klog.V(2).InfoS("attached volume", "volumeID", id, "node", node, "as", want.String())

@@ -2,7 +2,6 @@ package nodereg
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -128,7 +127,7 @@ func NewUnfencer(reg *Registry, bl Unblocklister, nodeID string) *Unfencer {
 func (u *Unfencer) Lift(ctx context.Context, volumeID, monHost string) (lifted []string, fenced bool, err error) {
 	fences, err := u.reg.Fences(ctx, u.nodeID)
 	if err != nil {
-		return nil, false, fmt.Errorf("reading the fences of node %s: %w", u.nodeID, err)
+		return nil, false, fmt.Errorf("reading the fences of node %s: %w", u.nodeID, u.reg.asNode(err))
 	}
 	f, ok := fences[volumeID]
 	if !ok {
@@ -148,16 +147,13 @@ func (u *Unfencer) Lift(ctx context.Context, volumeID, monHost string) (lifted [
 				continue
 			}
 			if err := u.bl.Unblocklist(ctx, monHost, u.reg.pool.Cred, a); err != nil {
-				if errors.Is(err, rbd.ErrPermission) {
-					err = fmt.Errorf(`%w (the node user %s needs mon 'allow command "osd blocklist" with blocklistop=rm')`, err, u.reg.pool.Cred.ID)
-				}
-				return lifted, true, err
+				return lifted, true, rbd.RefusedAt(u.reg.pool.Cred, cluster.CapLift, err)
 			}
 			lifted = append(lifted, a)
 		}
 	}
 	if err := u.reg.store.RemoveOmapKeys(ctx, u.reg.pool, u.reg.object, fenceKey(u.nodeID, volumeID)); err != nil {
-		return lifted, true, fmt.Errorf("removing the fence record of %s on node %s: %w", volumeID, u.nodeID, err)
+		return lifted, true, fmt.Errorf("removing the fence record of %s on node %s: %w", volumeID, u.nodeID, u.reg.asNode(err))
 	}
 	return lifted, true, nil
 }

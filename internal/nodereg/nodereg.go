@@ -11,6 +11,7 @@ package nodereg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -110,7 +111,25 @@ func (r *Registry) Beat(ctx context.Context, n Node) error {
 	if n.MaxVolumes > 0 {
 		v += " " + strconv.FormatInt(n.MaxVolumes, 10)
 	}
-	return r.store.SetOmap(ctx, r.pool, r.object, map[string]string{n.ID: v})
+	return r.asNode(r.store.SetOmap(ctx, r.pool, r.object, map[string]string{n.ID: v}))
+}
+
+// asNode names the node user's caps in a refusal of a call the node makes:
+// that user may use the registry objects only (docs/install.md), so the
+// pool-wide caps a backend names would be the wrong advice.
+func (r *Registry) asNode(err error) error {
+	if !errors.Is(err, rbd.ErrPermission) {
+		return err
+	}
+	on := "object " + r.object + " in " + cluster.OnPool(r.pool.Namespace, r.pool.Name)
+	need := cluster.CapRegistry(r.pool.Name, r.pool.Namespace, Object)
+	if ref := (*cluster.Refused)(nil); errors.As(err, &ref) {
+		return ref.Needing(on, need)
+	}
+	if cluster.Named(err) { // the connection itself was refused
+		return err
+	}
+	return &cluster.Refused{User: r.pool.Cred.ID, On: on, Need: need, Err: err}
 }
 
 // Run beats every interval until ctx ends, then removes the node's entry:
@@ -130,7 +149,7 @@ func (r *Registry) Run(ctx context.Context, n Node, every time.Duration) {
 		case <-ctx.Done():
 			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if err := r.store.RemoveOmapKeys(dctx, r.pool, r.object, n.ID); err != nil {
+			if err := r.asNode(r.store.RemoveOmapKeys(dctx, r.pool, r.object, n.ID)); err != nil {
 				klog.ErrorS(err, "removing node heartbeat", "node", n.ID)
 			}
 			return
