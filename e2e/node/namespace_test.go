@@ -6,12 +6,15 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
 
 	"github.com/rbdcsi/rbdcsi/e2e/harness"
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 )
 
 // A cluster-map entry with rbd.radosNamespace keeps a tenant's volumes,
@@ -51,9 +54,12 @@ func TestRadosNamespace(t *testing.T) {
 }
 
 // A Secret whose user may not read the volume's pool (here a tenant's,
-// limited to its namespace, for a volume in the default one) makes
-// rbd-fuse spin without answering. NodeStage fails, and the plugin then
-// ends that rbd-fuse: no process, mount, loop device or state record stays.
+// limited to its namespace, for a volume in the default one), or whose
+// key is not the user's, is refused by Ceph, which rbd-fuse answers by
+// spinning or exiting and rbd-nbd by exiting, without saying why:
+// NodeStage fails with PermissionDenied before the caller gives up,
+// naming the user and what to grant or check. Nothing stays: no process,
+// mount, loop device, mapping or state record.
 func TestStageWithUserWithoutAccess(t *testing.T) {
 	c := harness.LoadCluster(t)
 	tenant := c.Tenant(t, "tenant-denied")
@@ -62,25 +68,49 @@ func TestStageWithUserWithoutAccess(t *testing.T) {
 	v := e.createVolume("denied", 64*mib, fs)
 	staging := e.path("denied-staging")
 	harness.Must(t, os.MkdirAll(staging, 0o750), "mkdir staging")
-	req := e.stageReq(v, staging, fs)
-	req.Secrets = tenant.Secrets()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if _, err := e.nc.NodeStageVolume(ctx, req); err == nil {
-		e.unstage(v, staging)
-		t.Fatal("staged with a user that may not read the pool")
-	}
-	// The plugin undoes the attempt after the caller gave up.
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		records, _ := os.ReadDir(filepath.Join(e.state, "volumes"))
-		left := leftovers(e.dir)
-		if len(left) == 0 && len(records) == 0 {
-			break
+	const wrongKey = "AQAAAAAAAAAAABAAAAAAAAAAAAAAAAAAAAAAAA=="
+	for _, tc := range []struct {
+		what    string
+		secrets map[string]string
+		words   []string
+	}{
+		{"a user that may not read the pool", tenant.Secrets(), []string{"Ceph refused client." + tenant.CSIUser + " on " + cluster.OnPool(c.Namespace, c.Pool) + ":",
+			cluster.CapRBD(c.Namespace, c.Pool), cluster.CapsDoc}},
+		{"a key that is not the user's", map[string]string{"userID": c.CSIUser, "userKey": wrongKey}, []string{"refused client." + c.CSIUser + ":",
+			"userKey", cluster.CapsDoc}},
+	} {
+		req := e.stageReq(v, staging, fs)
+		req.Secrets = tc.secrets
+		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+		_, err := e.nc.NodeStageVolume(ctx, req)
+		cancel()
+		if err == nil {
+			e.unstage(v, staging)
+			t.Fatalf("staged with %s", tc.what)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("90 s after the failed stage: left %v, state records %v", left, records)
+		expectCode(t, err, codes.PermissionDenied, "stage with "+tc.what)
+		for _, w := range tc.words {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("the stage with %s does not say %q: %v", tc.what, w, err)
+			}
 		}
-		time.Sleep(500 * time.Millisecond)
+		for _, k := range []string{tenant.CSIKey, c.CSIKey, wrongKey} {
+			if strings.Contains(err.Error(), k) {
+				t.Errorf("the stage with %s shows a key", tc.what)
+			}
+		}
+		// The plugin undoes the attempt, also one that outlived the call.
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			records, _ := os.ReadDir(filepath.Join(e.state, "volumes"))
+			left := leftovers(e.dir)
+			if len(left) == 0 && len(records) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("90 s after the stage with %s: left %v, state records %v", tc.what, left, records)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
 	}
 }

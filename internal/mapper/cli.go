@@ -263,8 +263,12 @@ func (c *rbdCLI) Map(ctx context.Context, req MapRequest) (string, error) {
 		err = classify(fmt.Errorf("%s map %s: %w", c.name, req.Image, err))
 		switch {
 		case classified(err) || errors.Is(err, ErrUnsupported):
-		case c.name == NBD && c.imageMissing(ctx, req, keyFile):
-			err = fmt.Errorf("%w: %w", ErrNotFound, err)
+		case c.name == NBD:
+			// rbd-nbd only says it failed; rbd info, as the same user,
+			// tells a missing image and a refused user apart.
+			if why := probe(ctx, c.run, req, c.authArgs(req, keyFile)...); why != nil {
+				err = fmt.Errorf("%w; %w", err, why)
+			}
 		case c.name == KRBD && strings.Contains(err.Error(), "(6) No such device or address"):
 			// The kernel refuses an image whose features it cannot map
 			// with ENXIO; the rbd tool says which only where it can read
@@ -273,7 +277,7 @@ func (c *rbdCLI) Map(ctx context.Context, req MapRequest) (string, error) {
 				err = featureError(strings.Join(missing, ", "), err)
 			}
 		}
-		return "", redact(err, req.Cred.Key)
+		return "", redact(named(req, err), req.Cred.Key)
 	}
 	dev := strings.TrimSpace(string(out))
 	if list, lerr := c.List(ctx); lerr == nil {
@@ -287,9 +291,15 @@ func (c *rbdCLI) Map(ctx context.Context, req MapRequest) (string, error) {
 	return dev, nil
 }
 
+// authArgs are the arguments of an rbd command that carry the request's
+// user, monitors and key file.
+func (c *rbdCLI) authArgs(req MapRequest, keyFile string) []string {
+	return []string{"--id=" + req.Cred.ID, "--mon-host=" + req.MonHost, "--keyfile=" + keyFile}
+}
+
 // info runs `rbd info` on the request's image as the request's user.
 func (c *rbdCLI) info(ctx context.Context, req MapRequest, keyFile string, extra ...string) ([]byte, error) {
-	args := []string{"info", "--id=" + req.Cred.ID, "--mon-host=" + req.MonHost, "--keyfile=" + keyFile, "--pool=" + req.Image.Pool}
+	args := append(append([]string{"info"}, c.authArgs(req, keyFile)...), "--pool="+req.Image.Pool)
 	if req.Image.Namespace != "" {
 		args = append(args, "--namespace="+req.Image.Namespace)
 	}
@@ -297,16 +307,9 @@ func (c *rbdCLI) info(ctx context.Context, req MapRequest, keyFile string, extra
 	return c.run.Run(ctx, "rbd", args...)
 }
 
-// imageMissing asks `rbd info` whether the image exists. rbd-nbd says
-// only "exit status 1" on stderr when it cannot open the image, and a
-// missing volume must be NotFound, not a retried Internal error.
-func (c *rbdCLI) imageMissing(ctx context.Context, req MapRequest, keyFile string) bool {
-	_, err := c.info(ctx, req, keyFile)
-	return err != nil && errors.Is(classify(err), ErrNotFound)
-}
-
 func classified(err error) bool {
-	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrBusy) || errors.Is(err, context.DeadlineExceeded)
+	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrBusy) ||
+		errors.Is(err, ErrPermission) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // Unmap unmaps the image's device. The device is looked up by image, never
@@ -397,6 +400,9 @@ func classify(err error) error {
 		return err
 	}
 	s := withoutConfigNoise(ce.Stderr)
+	if refused := refusal(err, ce); refused != nil {
+		return refused // before "error opening image": a refusal is no missing image
+	}
 	switch {
 	case strings.Contains(s, "feature set mismatch"):
 		return featureError(unmappable(s), err)

@@ -91,6 +91,11 @@ func (f *fuseMapper) Supported(context.Context) error {
 	return nil
 }
 
+// fuseProbeAfter is how long a first listing may take before the mapper
+// asks `rbd info` why rbd-fuse does not answer; a healthy one answers in
+// well under a second once mounted.
+const fuseProbeAfter = 3 * time.Second
+
 // fuseDefaultPool is the pool rbd-fuse serves when given none.
 const fuseDefaultPool = "rbd"
 
@@ -194,13 +199,19 @@ func (f *fuseMapper) start(ctx context.Context, p fusePaths, req MapRequest) err
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }() // reaps it whenever it ends
 
+	// rbd-fuse does not say why it cannot serve an image (it spins when
+	// its user may not read the pool): `rbd info` as the same user tells a
+	// refused user and a missing image apart.
+	auth := []string{"--conf=" + p.conf, "--id=" + req.Cred.ID, "--keyring=" + keyFile}
 	fail := func(what string, err error) error {
 		out, _ := os.ReadFile(p.log)
 		msg := fmt.Errorf("fuse map %s: %s: %w: %s", req.Image, what, err, command.Tail(squeeze(string(out)), 600))
-		if unreachable(string(out)) {
+		if why := probe(ctx, f.run, req, auth...); why != nil {
+			msg = fmt.Errorf("%w; %w", msg, why)
+		} else if unreachable(string(out)) {
 			msg = fmt.Errorf("%w: %w", ErrUnavailable, msg)
 		}
-		return redact(msg, req.Cred.Key)
+		return redact(named(req, msg), req.Cred.Key)
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.connect+5*time.Second)
 	defer cancel()
@@ -224,8 +235,25 @@ func (f *fuseMapper) start(ctx context.Context, p fusePaths, req MapRequest) err
 		}
 	}
 	// The first request waits for rbd-fuse to connect and open the pool;
-	// the listing then says whether the image exists.
-	names, err := readDirWithin(ctx, p.mnt)
+	// the listing then says whether the image exists. One that does not
+	// come at once is asked about (probe) rather than waited for to the
+	// request's end.
+	listing := readDirAsync(p.mnt)
+	var names []string
+	select {
+	case r := <-listing:
+		names, err = r.names, r.err
+	case <-time.After(fuseProbeAfter):
+		if why := probe(ctx, f.run, req, auth...); why != nil {
+			// Ended, its mount fails what waits on it at once, and the
+			// caller's teardown need not wait for the unmount first.
+			_ = cmd.Process.Kill()
+			return redact(named(req, fmt.Errorf("fuse map %s: rbd-fuse did not serve the image: %w", req.Image, why)), req.Cred.Key)
+		}
+		names, err = awaitListing(ctx, p.mnt, listing)
+	case <-ctx.Done():
+		names, err = awaitListing(ctx, p.mnt, listing)
+	}
 	if err != nil {
 		return fail("rbd-fuse did not serve the image (is the cluster reachable, and may the Secret's user read the pool?)", err)
 	}

@@ -51,6 +51,9 @@ var (
 	ErrBusy = errors.New("device busy")
 	// ErrUnavailable: the cluster did not answer (monitors unreachable).
 	ErrUnavailable = errors.New("cluster unavailable")
+	// ErrPermission: Ceph refused the request's user (refused.go names
+	// the user and the caps it needs).
+	ErrPermission = errors.New("permission denied")
 )
 
 // Image names one RBD image. ClusterID only keeps the private paths of two

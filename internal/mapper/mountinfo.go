@@ -62,21 +62,29 @@ func statWithin(ctx context.Context, path string, limit time.Duration) (fs.FileI
 	}
 }
 
-// readDirWithin lists dir's names, giving up when ctx ends.
-func readDirWithin(ctx context.Context, dir string) ([]string, error) {
-	type result struct {
-		names []string
-		err   error
-	}
-	ch := make(chan result, 1)
+// listing is what readDirAsync found.
+type listing struct {
+	names []string
+	err   error
+}
+
+// readDirAsync lists dir's names in the background: a hung FUSE server
+// blocks the listing, not the caller (awaitListing).
+func readDirAsync(dir string) <-chan listing {
+	ch := make(chan listing, 1)
 	go func() {
 		entries, err := os.ReadDir(dir)
 		var names []string
 		for _, e := range entries {
 			names = append(names, e.Name())
 		}
-		ch <- result{names, err}
+		ch <- listing{names, err}
 	}()
+	return ch
+}
+
+// awaitListing waits for readDirAsync's answer, giving up when ctx ends.
+func awaitListing(ctx context.Context, dir string, ch <-chan listing) ([]string, error) {
 	select {
 	case r := <-ch:
 		return r.names, r.err

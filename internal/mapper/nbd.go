@@ -147,7 +147,7 @@ func (c *rbdCLI) Reattach(ctx context.Context, req MapRequest, device string) er
 	args = append(args, "--image="+req.Image.Name)
 	// runs: rbd-nbd (rbd device attach -t nbd starts it)
 	if _, err := c.run.Run(ctx, "rbd", args...); err != nil {
-		return redact(classify(fmt.Errorf("nbd attach %s to %s: %w", req.Image, device, err)), req.Cred.Key)
+		return redact(named(req, classify(fmt.Errorf("nbd attach %s to %s: %w", req.Image, device, err))), req.Cred.Key)
 	}
 	return nil
 }

@@ -73,7 +73,7 @@ func (n *Node) unlock(ctx context.Context, vol volid.Volume, cl cluster.Cluster,
 	pool := rbd.NewPool(cl, cred, vol.Pool)
 	info, err := n.images.Stat(ctx, pool, vol.Image)
 	if err != nil {
-		return nil, fenceStatus(vol, err)
+		return nil, readStatus(vol, "the key record", err)
 	}
 	rec, ok, err := kms.ReadVolumeKey(info.Metadata)
 	switch {

@@ -33,7 +33,7 @@ func (n *Node) checkAttached(ctx context.Context, vol volid.Volume, cl cluster.C
 	}
 	info, err := n.fence.Stat(ctx, rbd.NewPool(cl, cred, vol.Pool), vol.Image)
 	if err != nil {
-		return fenceStatus(vol, err)
+		return readStatus(vol, "the attachments", err)
 	}
 	if _, ok := attach.Records(info.Metadata)[n.id]; !ok {
 		return status.Errorf(codes.FailedPrecondition, "volume %s is not attached to node %s (attached to: %v); refusing to map it here", vol, n.id, attach.Nodes(info.Metadata))
@@ -41,25 +41,29 @@ func (n *Node) checkAttached(ctx context.Context, vol volid.Volume, cl cluster.C
 	return nil
 }
 
-// fenceCodes are the codes of a failed read of the attachments.
-func fenceCodes() grpcerr.Table {
+// readCodes are the codes of a failed read of the image's metadata. A
+// refusal is PermissionDenied, as the controller answers one; its message
+// names the user and the caps (rbd.RefusedOn).
+func readCodes() grpcerr.Table {
 	return grpcerr.Table{
 		{Err: rbd.ErrNotFound, Code: codes.NotFound},
 		{Err: rbd.ErrPoolNotFound, Code: codes.NotFound},
 		{Err: rbd.ErrUnavailable, Code: codes.Unavailable},
+		{Err: rbd.ErrPermission, Code: codes.PermissionDenied},
 	}
 }
 
-// fenceStatus answers a failed read of the attachments. A timeout is
-// Unavailable: it is Ceph that did not answer within the node's bound,
-// and the CO retries the stage either way.
-func fenceStatus(vol volid.Volume, err error) error {
-	code := fenceCodes().Code(err)
+// readStatus answers a failed read of what (the attachments, the key
+// record) in the volume image's metadata. A timeout is Unavailable: it is
+// Ceph that did not answer within the node's bound, and the CO retries
+// the stage either way.
+func readStatus(vol volid.Volume, what string, err error) error {
+	code := readCodes().Code(err)
 	switch code {
 	case codes.NotFound:
 		return status.Errorf(codes.NotFound, "volume %s does not exist", vol)
 	case codes.DeadlineExceeded:
 		code = codes.Unavailable
 	}
-	return status.Errorf(code, "reading the attachments of volume %s: %v", vol, err)
+	return status.Errorf(code, "reading %s of volume %s: %v", what, vol, err)
 }

@@ -282,6 +282,7 @@ func mapperCodes() grpcerr.Table {
 		{Err: mapper.ErrNotFound, Code: codes.NotFound},
 		{Err: mapper.ErrBusy, Code: codes.FailedPrecondition},
 		{Err: mapper.ErrUnavailable, Code: codes.Unavailable},
+		{Err: mapper.ErrPermission, Code: codes.PermissionDenied},
 	}
 }
 
