@@ -83,7 +83,7 @@ func (n *Node) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRe
 			// The kernel's online ext4 resize wants CAP_SYS_RESOURCE.
 			return nil, status.Errorf(codes.FailedPrecondition, "volume %s: online ext4 resize needs CAP_SYS_RESOURCE, which the plugin lacks (run it privileged); the filesystem will be grown when the volume is next staged: %v", rec.VolumeID, err)
 		}
-		return nil, statusFor(fmt.Errorf("volume %s: growing the filesystem: %w", rec.VolumeID, err))
+		return nil, statusFor(fmt.Errorf("volume %s: growing its %s (%s %s): %w", rec.VolumeID, rec.Cap.FsType, name, strings.Join(args, " "), err))
 	}
 	klog.V(2).InfoS("expanded volume on the node", "volumeID", rec.VolumeID, "device", rec.dataDevice(), "size", size)
 	return &csi.NodeExpandVolumeResponse{CapacityBytes: size}, nil
@@ -97,11 +97,11 @@ func (n *Node) resizeCrypt(ctx context.Context, rec *record) (int64, error) {
 		return 0, fmt.Errorf("volume %s is encrypted, and this node plugin has no cryptsetup", rec.VolumeID)
 	}
 	if err := n.crypt.Resize(ctx, rec.Crypt); err != nil {
-		return 0, fmt.Errorf("volume %s: %w", rec.VolumeID, err)
+		return 0, fmt.Errorf("volume %s: growing its dm-crypt device %s: %w", rec.VolumeID, rec.Crypt, err)
 	}
 	size, err := blockdev.Size(rec.dataDevice())
 	if err != nil {
-		return 0, fmt.Errorf("volume %s: %w", rec.VolumeID, err)
+		return 0, fmt.Errorf("volume %s: %s", rec.VolumeID, deviceGone(rec.dataDevice(), err))
 	}
 	return size, nil
 }

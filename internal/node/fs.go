@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/rbdcsi/rbdcsi/internal/blockdev"
 )
@@ -169,7 +171,7 @@ func growArgs(fsType, device, mountPoint string) (string, []string, error) {
 func (n *Node) growExt4Offline(ctx context.Context, device string) error {
 	out, err := n.run.Run(ctx, "dumpe2fs", "-h", device)
 	if err != nil {
-		return fmt.Errorf("reading the ext4 superblock: %w", err)
+		return fmt.Errorf("reading the ext4 superblock of %s: %w", device, err)
 	}
 	fsBytes, err := parseExt4Size(string(out))
 	if err != nil {
@@ -177,7 +179,7 @@ func (n *Node) growExt4Offline(ctx context.Context, device string) error {
 	}
 	devBytes, err := blockdev.Size(device)
 	if err != nil {
-		return err
+		return errors.New(deviceGone(device, err))
 	}
 	if devBytes <= fsBytes+max(4<<20, fsBytes/100) {
 		return nil // fills the device (up to ext4's rounding)
@@ -185,7 +187,7 @@ func (n *Node) growExt4Offline(ctx context.Context, device string) error {
 	if _, err := n.run.Run(ctx, "e2fsck", "-f", "-p", device); err != nil {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 { // 1: errors fixed
-			return fmt.Errorf("checking the filesystem before growing it: %w", err)
+			return fmt.Errorf("checking the filesystem on %s before growing it (e2fsck -f -p found errors it may not fix unattended: with the volume unstaged, map its image by hand and run e2fsck -f on it): %w", device, err)
 		}
 	}
 	if _, err := n.run.Run(ctx, "resize2fs", device); err != nil {
@@ -235,10 +237,7 @@ func devNumber(device string) (uint64, error) {
 // it (st_dev of the mount) or, for raw block, the device node itself bind-
 // mounted there (st_rdev). A path mounted from anything else is not ours.
 func (n *Node) mountedFrom(path, device string, block bool) (bool, error) {
-	mounted, err := n.mounter.IsMountPoint(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
+	mounted, err := n.isMountPoint(path)
 	if err != nil || !mounted {
 		return false, err
 	}
@@ -251,7 +250,7 @@ func (n *Node) mountedFrom(path, device string, block bool) (bool, error) {
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
-		return false, err
+		return false, mountCheckFailed(path, err)
 	}
 	if block {
 		return st.Mode&unix.S_IFMT == unix.S_IFBLK && st.Rdev == want, nil
@@ -265,7 +264,19 @@ func (n *Node) isMountPoint(path string) (bool, error) {
 	if errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
-	return mounted, err
+	if err != nil {
+		return false, mountCheckFailed(path, err)
+	}
+	return mounted, nil
+}
+
+// mountCheckFailed says that what is mounted at path cannot be told, and
+// why that usually is.
+func mountCheckFailed(path string, err error) error {
+	if errors.Is(err, unix.ENOTCONN) {
+		return fmt.Errorf("checking what is mounted at %s: %w (a FUSE mount that lost its server: a fuse-mapped volume whose rbd-fuse ended when the node plugin restarted; restart the pod)", path, err)
+	}
+	return fmt.Errorf("checking what is mounted at %s: %w", path, err)
 }
 
 // unmountAll unmounts path until it is no mount point (a path may hold
@@ -277,8 +288,27 @@ func (n *Node) unmountAll(path string) error {
 			return err
 		}
 		if err := n.mounter.Unmount(path); err != nil {
+			if strings.Contains(err.Error(), "target is busy") {
+				return fmt.Errorf("unmounting %s: %w (a process on the node still uses it: `fuser -vm %s` names it)", path, err, path)
+			}
 			return fmt.Errorf("unmounting %s: %w", path, err)
 		}
 	}
-	return fmt.Errorf("%s is still a mount point after 8 unmounts", path)
+	return fmt.Errorf("%s is still a mount point after 8 unmounts (something mounts it again: `findmnt %s` shows what)", path, path)
+}
+
+// pathStatus answers a failed step on a path the CO gave (staging or
+// target), with what to check: the kubelet makes these paths, and the
+// node plugin reaches them through its mount of the kubelet's directory.
+func pathStatus(step, path string, err error) error {
+	hint := "the node plugin must see the kubelet's directory (a hostPath mount with Bidirectional propagation)"
+	switch {
+	case errors.Is(err, unix.ENOTCONN):
+		hint = "a FUSE mount there lost its server: a fuse-mapped volume whose rbd-fuse ended (the node plugin restarted); restart the pod"
+	case errors.Is(err, unix.EROFS), errors.Is(err, unix.ENOSPC):
+		hint = "the kubelet's filesystem on the node is read-only or full"
+	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+		hint = "the node plugin must run privileged, as root"
+	}
+	return status.Errorf(codes.Internal, "%s %s: %v (%s)", step, path, err, hint)
 }

@@ -190,7 +190,7 @@ func prepareTarget(path string, block bool) (bool, error) {
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
-		return false, status.Errorf(codes.Internal, "%s: %v", path, err)
+		return false, pathStatus("checking the target path", path, err)
 	case block && !st.Mode().IsRegular():
 		return false, status.Errorf(codes.InvalidArgument, "target path %s exists and is not a file (a raw block volume is published as a file)", path)
 	case !block && !st.IsDir():
@@ -201,13 +201,13 @@ func prepareTarget(path string, block bool) (bool, error) {
 	if block {
 		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
 		if err != nil {
-			return false, status.Errorf(codes.Internal, "creating %s: %v", path, err)
+			return false, pathStatus("creating the target file", path, err)
 		}
 		f.Close()
 		return true, nil
 	}
 	if err := os.Mkdir(path, 0o750); err != nil {
-		return false, status.Errorf(codes.Internal, "creating %s: %v", path, err)
+		return false, pathStatus("creating the target directory", path, err)
 	}
 	return true, nil
 }
@@ -284,13 +284,13 @@ func removeTarget(path string) error {
 		return nil
 	}
 	if err != nil {
-		return status.Errorf(codes.Internal, "%s: %v", path, err)
+		return pathStatus("checking the target path", path, err)
 	}
 	if st.Mode().IsRegular() && st.Size() > 0 {
 		return status.Errorf(codes.FailedPrecondition, "target path %s is a file with data; not removing it", path)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return status.Errorf(codes.Internal, "removing target path %s: %v", path, err)
+		return pathStatus("removing the target path", path, err)
 	}
 	return nil
 }

@@ -261,14 +261,14 @@ func (n *Node) mountStaging(ctx context.Context, rec *record, mkfsOptions []stri
 		var size int64 // only xfs's defaults depend on it
 		if fsType == "xfs" && len(mkfsOptions) == 0 {
 			if size, err = blockdev.Size(dev); err != nil {
-				return fmt.Errorf("volume %s: %w", rec.VolumeID, err)
+				return fmt.Errorf("volume %s: %s", rec.VolumeID, deviceGone(dev, err))
 			}
 		}
 		name, args := mkfsArgs(fsType, mkfsOptions, dev, size, blank, n.mkfsPrezeroed)
 		klog.InfoS("formatting empty volume", "volumeID", rec.VolumeID, "device", dev, "command", name, "args", args)
 		// runs: mkfs.ext4 mkfs.xfs (mkfsArgs)
 		if _, err := n.run.Run(ctx, name, args...); err != nil {
-			return fmt.Errorf("formatting volume %s: %w", rec.VolumeID, err)
+			return fmt.Errorf("formatting volume %s (%s on %s): %w", rec.VolumeID, name, dev, err)
 		}
 	case format != fsType:
 		return status.Errorf(codes.FailedPrecondition, "volume %s holds %s, not %s: refusing to mount it as %s or to format it", rec.VolumeID, format, fsType, fsType)
@@ -276,13 +276,13 @@ func (n *Node) mountStaging(ctx context.Context, rec *record, mkfsOptions []stri
 		// Expanded while not staged: grow now, offline, which needs
 		// none of the capabilities online resize does.
 		if err := n.growExt4Offline(ctx, dev); err != nil {
-			return fmt.Errorf("volume %s: %w", rec.VolumeID, err)
+			return fmt.Errorf("volume %s: growing its ext4 on %s to the expanded size: %w", rec.VolumeID, dev, err)
 		}
 	}
 	created := false
 	if _, err := os.Stat(rec.StagingPath); errors.Is(err, os.ErrNotExist) {
 		if err := os.Mkdir(rec.StagingPath, 0o750); err != nil {
-			return fmt.Errorf("creating the staging path: %w", err)
+			return pathStatus("creating the staging path", rec.StagingPath, err)
 		}
 		created = true
 	}
@@ -310,7 +310,7 @@ func (n *Node) mountStaging(ctx context.Context, rec *record, mkfsOptions []stri
 		// xfs only grows mounted; a no-op when it fills the device.
 		if _, err := n.run.Run(ctx, "xfs_growfs", rec.StagingPath); err != nil {
 			logUndo("unmount "+rec.StagingPath, n.unmountAll(rec.StagingPath))
-			return fmt.Errorf("volume %s: growing the filesystem: %w", rec.VolumeID, err)
+			return fmt.Errorf("volume %s: growing its xfs at %s to the expanded size: %w", rec.VolumeID, rec.StagingPath, err)
 		}
 	}
 	return nil
@@ -380,7 +380,7 @@ func checkDir(path string) error {
 	case errors.Is(err, os.ErrNotExist):
 		return nil
 	case err != nil:
-		return status.Errorf(codes.Internal, "%s: %v", path, err)
+		return pathStatus("checking the staging path", path, err)
 	case !st.IsDir():
 		return status.Errorf(codes.InvalidArgument, "%s exists and is not a directory", path)
 	}

@@ -83,24 +83,28 @@ func (s *store) path(volumeID string) string {
 	return filepath.Join(s.dir, hex.EncodeToString(sum[:16])+".json")
 }
 
+// The errors of the store say which file and what to check: the records
+// are in the node plugin's --state-dir, a directory on the node.
+
 // load returns the volume's record, or nil if there is none.
 func (s *store) load(volumeID string) (*record, error) {
-	b, err := os.ReadFile(s.path(volumeID))
+	path := s.path(volumeID)
+	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the state of volume %s: %w", volumeID, err)
+		return nil, fmt.Errorf("reading the state record of volume %s: %w (check the directory %s, under the node plugin's --state-dir)", volumeID, err, s.dir)
 	}
 	var r record
 	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("state of volume %s is corrupt (%s): %w", volumeID, s.path(volumeID), err)
+		return nil, fmt.Errorf("the state record of volume %s (%s) is corrupt: %w; the node plugin cannot tell what it staged: unmount the volume's staging path, unmap its device and remove the file by hand", volumeID, path, err)
 	}
 	if r.Version != recordVersion {
-		return nil, fmt.Errorf("state of volume %s has version %d; this plugin knows %d", volumeID, r.Version, recordVersion)
+		return nil, fmt.Errorf("the state record of volume %s (%s) has version %d, and this node plugin knows %d: a newer plugin staged it; unstage it with that version", volumeID, path, r.Version, recordVersion)
 	}
 	if r.VolumeID != volumeID {
-		return nil, fmt.Errorf("state file %s belongs to volume %s, not %s", s.path(volumeID), r.VolumeID, volumeID)
+		return nil, fmt.Errorf("the state record %s belongs to volume %s, not %s; was it copied or renamed by hand?", path, r.VolumeID, volumeID)
 	}
 	return &r, nil
 }
@@ -115,7 +119,7 @@ func (s *store) save(r *record) error {
 	final := s.path(r.VolumeID)
 	f, err := os.CreateTemp(s.dir, ".tmp-*") // 0600
 	if err != nil {
-		return fmt.Errorf("saving the state of volume %s: %w", r.VolumeID, err)
+		return s.saveFailed(r.VolumeID, err)
 	}
 	tmp := f.Name()
 	_, err = f.Write(b)
@@ -130,9 +134,16 @@ func (s *store) save(r *record) error {
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
-		return fmt.Errorf("saving the state of volume %s: %w", r.VolumeID, err)
+		return s.saveFailed(r.VolumeID, err)
 	}
-	return syncDir(s.dir)
+	if err := syncDir(s.dir); err != nil {
+		return s.saveFailed(r.VolumeID, err)
+	}
+	return nil
+}
+
+func (s *store) saveFailed(volumeID string, err error) error {
+	return fmt.Errorf("saving the state record of volume %s: %w (the directory %s, under the node plugin's --state-dir, must be writable, on a filesystem that is neither full nor read-only)", volumeID, err, s.dir)
 }
 
 // all loads every record.
@@ -159,9 +170,12 @@ func (s *store) all() ([]*record, error) {
 // remove deletes the record; a missing one is fine.
 func (s *store) remove(volumeID string) error {
 	if err := os.Remove(s.path(volumeID)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("removing the state of volume %s: %w", volumeID, err)
+		return fmt.Errorf("removing the state record of volume %s: %w (the directory %s, under the node plugin's --state-dir, must be writable)", volumeID, err, s.dir)
 	}
-	return syncDir(s.dir)
+	if err := syncDir(s.dir); err != nil {
+		return fmt.Errorf("removing the state record of volume %s: %w (the directory %s, under the node plugin's --state-dir, must be writable)", volumeID, err, s.dir)
+	}
+	return nil
 }
 
 // sweepTemp removes temp files a crash during save left behind.

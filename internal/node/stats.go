@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
@@ -60,7 +61,7 @@ func (n *Node) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeSta
 		// Nothing is mounted at a raw block volume's staging path.
 		size, err := blockdev.Size(rec.dataDevice())
 		if err != nil {
-			return nil, status.Errorf(codes.NotFound, "volume %s: device %s: %v", rec.VolumeID, rec.dataDevice(), err)
+			return nil, status.Errorf(codes.NotFound, "volume %s: %s", rec.VolumeID, deviceGone(rec.dataDevice(), err))
 		}
 		return blockUsage(size), nil
 	}
@@ -74,13 +75,14 @@ func (n *Node) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeSta
 	if block {
 		size, err := blockdev.Size(path)
 		if err != nil {
-			return nil, status.Errorf(codes.Internal, "size of %s: %v", path, err)
+			return nil, status.Errorf(codes.Internal, "volume %s: reading the size of the block device published at %s: %s", rec.VolumeID, path, deviceGone(rec.dataDevice(), err))
 		}
 		return blockUsage(size), nil
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(path, &st); err != nil {
-		return nil, status.Errorf(codes.Internal, "statfs %s: %v", path, err)
+		return nil, status.Errorf(codes.Internal, "volume %s: statfs of its filesystem at %s (device %s): %v; the node's kernel log (dmesg) tells whether the filesystem or the device failed (%s)",
+			rec.VolumeID, path, rec.dataDevice(), err, ioErrorsDoc)
 	}
 	bsize := int64(st.Bsize)
 	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
@@ -97,6 +99,17 @@ func (n *Node) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeSta
 			Used:      int64(st.Files - st.Ffree),
 		},
 	}}, nil
+}
+
+// ioErrorsDoc is the troubleshooting section on failed and hanging volumes.
+const ioErrorsDoc = "docs/operations.md#io-errors-or-a-volume-that-hangs"
+
+// deviceGone says that a volume's device cannot be opened, and what to
+// check: a mapping taken away outside the driver, or one lost to a node
+// plugin restart (fuse) or a reboot.
+func deviceGone(device string, err error) string {
+	return fmt.Sprintf("its device %s cannot be opened (%v): was the image unmapped outside the driver (rbd device unmap), or the node plugin restarted (fuse mappings end with it) or the node rebooted? "+
+		"Unstaging and staging again (restarting the pod) maps it anew (%s)", device, err, ioErrorsDoc)
 }
 
 func blockUsage(size int64) *csi.NodeGetVolumeStatsResponse {
