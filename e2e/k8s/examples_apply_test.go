@@ -79,6 +79,8 @@ type exampleRun struct {
 	pvs     []string // PVs of the scenario's claims, waited for at cleanup
 	objects []exampleObject
 	after   []func() // run at the end of the cleanup, once the volumes are gone
+	// scenario is the run of the scenario, for a subtest's (see sub).
+	scenario *exampleRun
 }
 
 func newExampleRun(t *testing.T, name string) *exampleRun {
@@ -86,6 +88,20 @@ func newExampleRun(t *testing.T, name string) *exampleRun {
 	k := newKube(t, "ex-"+name)
 	x := &exampleRun{t: t, k: k, cluster: &kube{t: t, e: k.e}}
 	t.Cleanup(x.cleanup) // before newKube's, which deletes the namespace
+	return x
+}
+
+// sub is x for a subtest of the scenario: the same namespace, with
+// failures reported on t; what it applies and binds the scenario cleans up.
+func (x *exampleRun) sub(t *testing.T) *exampleRun {
+	return &exampleRun{t: t, k: &kube{t: t, e: x.k.e, ns: x.k.ns}, cluster: &kube{t: t, e: x.k.e}, scenario: x.root()}
+}
+
+// root is the scenario's run, whose cleanup removes what its subtests made.
+func (x *exampleRun) root() *exampleRun {
+	if x.scenario != nil {
+		return x.scenario
+	}
 	return x
 }
 
@@ -101,7 +117,7 @@ func (x *exampleRun) apply(file string, keep func(exampleObject) bool) {
 		if o.kind == "Pod" {
 			localBusybox(x.t, o)
 		}
-		x.objects = append(x.objects, o)
+		x.root().objects = append(x.root().objects, o)
 		items = append(items, o.doc)
 	}
 	list, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
@@ -131,7 +147,7 @@ func localBusybox(t *testing.T, o exampleObject) {
 func (x *exampleRun) bound(pvc string) corev1.PersistentVolume {
 	x.t.Helper()
 	pv := x.k.waitBound(pvc)
-	x.pvs = append(x.pvs, pv.Name)
+	x.root().pvs = append(x.root().pvs, pv.Name)
 	return pv
 }
 

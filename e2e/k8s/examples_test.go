@@ -19,11 +19,13 @@ import (
 )
 
 // exampleScenario applies some files of deploy/examples and checks that
-// what they make works.
+// what they make works. needs, if set, skips the scenario (saying why)
+// where this install or machine cannot run it.
 type exampleScenario struct {
 	name  string
 	files []string
 	run   func(t *testing.T, x *exampleRun)
+	needs func(t *testing.T, k *kube)
 }
 
 // TestExamples applies every file of deploy/examples on this cluster, with
@@ -36,13 +38,13 @@ type exampleScenario struct {
 func TestExamples(t *testing.T) {
 	loadEnv(t)
 	scenarios := []exampleScenario{
-		{"filesystem", []string{"pvc-filesystem.yaml", "pod-filesystem.yaml", "snapshot.yaml", "pvc-restore.yaml", "pvc-clone.yaml"}, exampleFilesystem},
-		{"block", []string{"pvc-block.yaml"}, exampleBlock},
-		{"encrypted", []string{"encrypted.yaml"}, exampleEncrypted},
-		{"qos-tiers", []string{"qos-tiers.yaml"}, exampleQoS},
-		{"group-snapshot", []string{"group-snapshot.yaml"}, exampleGroupSnapshot},
-		{"static-volume", []string{"static-volume.yaml"}, exampleStatic},
-		{"topology", []string{"topology.yaml"}, exampleTopology},
+		{"filesystem", []string{"pvc-filesystem.yaml", "pod-filesystem.yaml", "snapshot.yaml", "pvc-restore.yaml", "pvc-clone.yaml"}, exampleFilesystem, nil},
+		{"block", []string{"pvc-block.yaml"}, exampleBlock, nil},
+		{"encrypted", []string{"encrypted.yaml"}, exampleEncrypted, nil},
+		{"qos-tiers", []string{"qos-tiers.yaml"}, exampleQoS, nil},
+		{"group-snapshot", []string{"group-snapshot.yaml"}, exampleGroupSnapshot, needsGroupSnapshots},
+		{"static-volume", []string{"static-volume.yaml"}, exampleStatic, nil},
+		{"topology", []string{"topology.yaml"}, exampleTopology, needsZone},
 	}
 	var covered, files []string
 	for _, s := range scenarios {
@@ -63,7 +65,12 @@ func TestExamples(t *testing.T) {
 	}
 	checkExampleClasses(t, files)
 	for _, s := range scenarios {
-		t.Run(s.name, func(t *testing.T) { s.run(t, newExampleRun(t, s.name)) })
+		t.Run(s.name, func(t *testing.T) {
+			if s.needs != nil {
+				s.needs(t, &kube{t: t, e: loadEnv(t)})
+			}
+			s.run(t, newExampleRun(t, s.name))
+		})
 	}
 }
 
@@ -151,16 +158,22 @@ func exampleEncrypted(t *testing.T, x *exampleRun) {
 		t.Errorf("image %s: KMS %q, data key %.12q...; want KMS secret and a key wrapped by KEK k1", img, kms, dek)
 	}
 	t.Run("pod", func(t *testing.T) {
-		if _, err := os.Stat("/dev/mapper/control"); err != nil {
+		// What cryptsetup does first: open device-mapper's control device.
+		// The node shares this machine's kernel.
+		if f, err := os.OpenFile("/dev/mapper/control", os.O_RDWR, 0); err != nil {
 			t.Skipf("this node's kernel has no device-mapper (%v): dm-crypt volumes are staged in the kernel VM tests (make kernel-test) instead", err)
+		} else {
+			f.Close()
 		}
+		x := x.sub(t)
 		x.apply("encrypted.yaml", func(o exampleObject) bool { return o.kind == "Pod" })
 		x.k.waitRunning("rbd-encrypted-pod")
 		eventually(t, shortWait, "rbd-encrypted-pod writing /data/hello", func() (bool, string) {
 			out, err := x.k.run(shortWait, "", "exec", "rbd-encrypted-pod", "-c", "app", "--", "cat", "/data/hello")
 			return err == nil && strings.TrimSpace(out) == "secret", fmt.Sprintf("%q %v", out, err)
 		})
-		if state := meta("rbdcsi.crypt.state"); state != "formatted" {
+		state := strings.TrimSpace(ceph(t, x.k.e, "rbd", "image-meta", "get", pool+"/"+img, "rbdcsi.crypt.state"))
+		if state != "formatted" {
 			t.Errorf("image %s: encryption state %q after the pod started, want formatted", img, state)
 		}
 	})
@@ -225,9 +238,6 @@ func exampleQoS(t *testing.T, x *exampleRun) {
 // exampleGroupSnapshot: the group snapshot is ready, with one ready member
 // per claim of the selector.
 func exampleGroupSnapshot(t *testing.T, x *exampleRun) {
-	if os.Getenv("RBDCSI_E2E_GROUPSNAP") != "1" {
-		t.Skip("needs the plugin image built on forky and a Tentacle cluster: the groupsnap pass of scripts/k8s-e2e.sh (E2E_PASSES=groupsnap) sets RBDCSI_E2E_GROUPSNAP=1")
-	}
 	requireGroupController(t, x.k)
 	x.apply("group-snapshot.yaml", func(o exampleObject) bool { return o.kind != "VolumeGroupSnapshot" })
 	claims := []string{"rbd-db-data", "rbd-db-wal"}
@@ -245,6 +255,13 @@ func exampleGroupSnapshot(t *testing.T, x *exampleRun) {
 	sort.Strings(sources)
 	if !slices.Equal(sources, claims) {
 		t.Errorf("the group snapshot's members are of %v, want %v", sources, claims)
+	}
+}
+
+// needsGroupSnapshots skips outside the group snapshot pass.
+func needsGroupSnapshots(t *testing.T, _ *kube) {
+	if os.Getenv("RBDCSI_E2E_GROUPSNAP") != "1" {
+		t.Skip("needs the plugin image built on forky and a Tentacle cluster: the groupsnap pass of scripts/k8s-e2e.sh (E2E_PASSES=groupsnap) sets RBDCSI_E2E_GROUPSNAP=1")
 	}
 }
 
@@ -293,22 +310,28 @@ func exampleStatic(t *testing.T, x *exampleRun) {
 	removed = true
 }
 
-// exampleTopology: on a node that reports its zone, the pod's claim is
-// bound in the pool of that zone, with node affinity to it.
-func exampleTopology(t *testing.T, x *exampleRun) {
+// needsZone skips where the node plugin reports no zone (an install
+// without --domain-labels), and fails where the node is in another zone
+// than the one topology.yaml gives this cluster's pool.
+func needsZone(t *testing.T, k *kube) {
 	var csiNode storagev1.CSINode
-	if !x.k.get(&csiNode, "csinode", x.k.e.nodeName) {
-		t.Fatalf("no CSINode %s", x.k.e.nodeName)
+	if !k.get(&csiNode, "csinode", k.e.nodeName) {
+		t.Fatalf("no CSINode %s", k.e.nodeName)
 	}
 	i := slices.IndexFunc(csiNode.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == driverName })
 	if i < 0 || !slices.Contains(csiNode.Spec.Drivers[i].TopologyKeys, zoneKey) {
-		t.Skipf("the node plugin on %s reports no %s: this install runs without --domain-labels (deploy/topology, the chart's node.domainLabels)", x.k.e.nodeName, zoneKey)
+		t.Skipf("the node plugin on %s reports no %s: this install runs without --domain-labels (deploy/topology, the chart's node.domainLabels)", k.e.nodeName, zoneKey)
 	}
 	var node corev1.Node
-	x.k.get(&node, "node", x.k.e.nodeName)
+	k.get(&node, "node", k.e.nodeName)
 	if zone := node.Labels["topology.kubernetes.io/zone"]; zone != "zone-a" {
 		t.Fatalf("node %s is in zone %q; topology.yaml's pool for this test's node is zone-a's", node.Name, zone)
 	}
+}
+
+// exampleTopology: on a node that reports its zone, the pod's claim is
+// bound in the pool of that zone, with node affinity to it.
+func exampleTopology(t *testing.T, x *exampleRun) {
 	x.apply("topology.yaml", nil)
 	x.k.waitRunning("rbd-zoned-pod")
 	pv := x.bound("rbd-zoned-pvc")
