@@ -23,7 +23,7 @@
 # Each cluster listens on 127.0.0.1 only. Whatever a chroot starts ends with
 # it (private mount and PID namespaces); the work directory goes on exit.
 # Environment: MATRIX_RUN='TestCreate' picks tests (go test -run) in every
-# suite; MATRIX_VERBOSE=1 runs them with -test.v; MATRIX_KEEP=1 keeps the
+# suite (and reports without the list); MATRIX_KEEP=1 keeps the
 # work directory (logs).
 set -euo pipefail
 
@@ -64,15 +64,24 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# The test script: every suite against the cluster in the environment,
-# each from its package directory (as go test runs it). First probes of
-# rbd-fuse, the only mapper this host's kernel serves: the rbd-fuse of
-# Debian 13 and 14 (Ceph 18.2.7, 20.2.4, libfuse 3.17+) crashes when given
-# a pool (-p) and, the probe finds out, a namespace. The plugin's fuse mapper
-# passes no pool for pool rbd, as the first probe does; what cannot run is
-# named in the log and the summary.
+# Which suites each cell runs, and which of their tests, is the cell's
+# sections of scripts/ceph-matrix.tests ("reef/node": e2e/node in the reef
+# cell); each test left out says why there. The suites report as go test
+# -json does (test2json, Go's own converter, built static), and
+# scripts/testreport holds every suite to its section: a listed test that
+# skips or does not run fails the cell, naming it.
+readonly LIST=$ROOT/scripts/ceph-matrix.tests
+
+# The test script: every suite of the cell against the cluster in the
+# environment, each from its package directory (as go test runs it), with
+# the arguments written for it in $work/args. First it probes rbd-fuse, the
+# only mapper this host's kernel serves: the rbd-fuse of Debian 13 and 14
+# (Ceph 18.2.7, 20.2.4, libfuse 3.17+) crashes when given a pool (-p) and a
+# namespace. The plugin's fuse mapper passes no pool for pool rbd, as the
+# first probe does. The probe's findings go to $work/CELL.fuse, where the
+# list's exclusions are checked against them.
 # shellcheck disable=SC2016 # expanded by the inner shell
-readonly RUN_SUITES='set -u; src=$1 bin=$2; shift 2; rc=0
+readonly RUN_SUITES='set -u; src=$1 bin=$2 work=$3 cell=$4; shift 4; rc=0
 	rbd -c "$CEPH_CONF" create --size 4M "$CEPH_POOL/rbdcsi-fuse-probe"
 	rbd -c "$CEPH_CONF" namespace create --pool "$CEPH_POOL" --namespace rbdcsi-fuse-probe
 	rbd -c "$CEPH_CONF" create --size 4M --pool "$CEPH_POOL" --namespace rbdcsi-fuse-probe rbdcsi-fuse-probe
@@ -93,7 +102,7 @@ readonly RUN_SUITES='set -u; src=$1 bin=$2; shift 2; rc=0
 			echo ok
 		else
 			wait $fpid; frc=$?
-			echo "broken: exited with $frc before mounting"
+			echo "broken(exit-$frc)"
 		fi
 		rmdir "$m"
 	}
@@ -101,37 +110,66 @@ readonly RUN_SUITES='set -u; src=$1 bin=$2; shift 2; rc=0
 	rbd -c "$CEPH_CONF" rm --pool "$CEPH_POOL" --namespace rbdcsi-fuse-probe rbdcsi-fuse-probe >/dev/null 2>&1
 	rbd -c "$CEPH_CONF" namespace remove --pool "$CEPH_POOL" --namespace rbdcsi-fuse-probe
 	rbd -c "$CEPH_CONF" rm "$CEPH_POOL/rbdcsi-fuse-probe" >/dev/null 2>&1
+	echo "$fuse $fuse_pool $fuse_ns" >"$work/$cell.fuse"
 	echo "=== rbd-fuse $(rbd-fuse --version 2>/dev/null | head -1 | cut -d" " -f3): image $fuse; with -p: $fuse_pool; with --namespace: $fuse_ns"
 	for s in "$@"; do
-		args=() skip=()
-		if [ "$fuse" != ok ]; then
-			case $s in
-			node) echo "=== suite e2e/node NOT RUN: rbd-fuse $fuse"; continue ;;
-			controller) echo "=== suite e2e/controller without TestNodeStageIsFenced (it stages)"; skip+=(TestNodeStageIsFenced) ;;
-			sanity) echo "=== suite e2e/sanity without its Node specs"; args=(-ginkgo.skip="Node Service") ;;
-			esac
-		elif [ "$s" = node ] && [ "$fuse_ns" != ok ]; then
-			echo "=== suite e2e/node without TestRadosNamespace (rbd-fuse --namespace $fuse_ns)"
-			skip+=(TestRadosNamespace)
-		fi
-		# The daemons of a cluster in another chroot live in a PID
-		# namespace these tests cannot see, so they cannot pause them.
-		if [ -n "${MATRIX_FOREIGN_MON:-}" ]; then
-			case $s in
-			contract) echo "=== suite e2e/contract without TestCloseWaitsForCallsInFlight (the OSDs run in another chroot)"; skip+=(TestCloseWaitsForCallsInFlight) ;;
-			controller) echo "=== suite e2e/controller without TestMonitorOutage (the monitor runs in another chroot)"; skip+=(TestMonitorOutage) ;;
-			node) echo "=== suite e2e/node without TestNodeStageMonitorOutage (the monitor runs in another chroot)"; skip+=(TestNodeStageMonitorOutage) ;;
-			esac
-		fi
-		if [ ${#skip[@]} -gt 0 ]; then
-			args+=(-test.skip="^($(IFS="|"; echo "${skip[*]}"))\$")
-		fi
+		mapfile -t args <"$work/args/$cell.$s"
 		echo "=== suite e2e/$s"; t=$SECONDS
-		(cd "$src/e2e/$s" && RBDPLUGIN=$bin/rbdplugin "$bin/$s.test" -test.count=1 -test.timeout=30m "${args[@]}" \
-			${MATRIX_RUN:+-test.run="$MATRIX_RUN"} ${MATRIX_VERBOSE:+-test.v}) || { echo "--- FAIL: suite e2e/$s"; rc=1; }
+		(cd "$src/e2e/$s" && RBDPLUGIN=$bin/rbdplugin "$work/tools/test2json" -t -p "e2e/$s" "$bin/$s.test" \
+			-test.v=test2json -test.count=1 -test.timeout=30m "${args[@]}") >"$work/$cell.$s.json" 2>"$work/$cell.$s.err" ||
+			{ echo "--- FAIL: suite e2e/$s"; rc=1; }
 		echo "=== suite e2e/$s took $((SECONDS - t)) s"
 	done
 	exit $rc'
+
+# suites_of CELL: the suites CELL runs (its sections in the list).
+suites_of() {
+	local s
+	for s in "${SUITES[@]}"; do
+		grep -q "^\[$1/$s\]\$" "$LIST" && echo "$s"
+	done
+	return 0
+}
+
+# write_args CELL SUITE...: each suite's go test arguments, one per line,
+# in $work/args/CELL.SUITE: its list's, or MATRIX_RUN's tests alone.
+write_args() {
+	local cell=$1 s
+	shift
+	mkdir -p "$work/args"
+	for s in "$@"; do
+		if [[ -n ${MATRIX_RUN:-} ]]; then
+			echo "-test.run=$MATRIX_RUN" >"$work/args/$cell.$s"
+		else
+			"$work/tools/testreport" args -list "$LIST" "$cell/$s" >"$work/args/$cell.$s" || die "no arguments for $cell/$s"
+		fi
+	done
+}
+
+# report CELL SUITE...: every suite's run judged by its section (or, with
+# MATRIX_RUN, just reported); fails if a run does not meet its list.
+report() {
+	local cell=$1 s parts=()
+	shift
+	for s in "$@"; do parts+=("$cell/$s=$work/$cell.$s.json"); done
+	if [[ -n ${MATRIX_RUN:-} ]]; then
+		"$work/tools/testreport" summary -step ceph-matrix -v "${parts[@]}"
+	else
+		"$work/tools/testreport" check -step ceph-matrix -list "$LIST" -v "${parts[@]}"
+	fi
+}
+
+# fuse_agrees CELL: a test the list leaves out because rbd-fuse crashes with
+# a namespace must not be left out where the probe found it working: the
+# list would hide a test that could run.
+fuse_agrees() {
+	local ns
+	read -r _ _ ns <"$work/$1.fuse" || return 0
+	if [[ $ns == ok ]] && grep -q TestRadosNamespace "$work/args/$1.node" 2>/dev/null; then
+		log "$1: rbd-fuse works with --namespace here, yet scripts/ceph-matrix.tests leaves TestRadosNamespace out: update the list"
+		return 1
+	fi
+}
 
 # hold SUITE [NAME=VALUE...]: a cluster of SUITE's release at
 # $work/hold/cluster, up until release_hold (scripts/suite.sh cluster, in
@@ -152,15 +190,18 @@ release_hold() {
 
 # cell NAME: one cell, its output in $work/NAME.log.
 cell() {
-	local name=$1 suite client aes256k t=$SECONDS rc=0 env=() line bin
+	local name=$1 suite client aes256k t=$SECONDS rc=0 env=() line bin suites
 	read -r suite client aes256k < <(cell_spec "$name")
+	mapfile -t suites < <(suites_of "$name")
+	((${#suites[@]})) || die "scripts/ceph-matrix.tests has no section for cell $name"
+	write_args "$name" "${suites[@]}"
 	bin=$work/bin-$client
-	log "$name: $suite cluster, plugin and tests built on $client"
+	log "$name: $suite cluster, plugin and tests built on $client: ${suites[*]}"
 	if [[ $client == "$suite" ]]; then
 		# All in one chroot; with-cluster.sh tears the cluster down.
-		SUITE_BINDS=$work SUITE_ENV="RBDCSI_E2E_AES256K_CLIENT=$aes256k ${MATRIX_RUN:+MATRIX_RUN=$MATRIX_RUN} ${MATRIX_VERBOSE:+MATRIX_VERBOSE=1}" \
+		SUITE_BINDS=$work SUITE_ENV="RBDCSI_E2E_AES256K_CLIENT=$aes256k" \
 			"$ROOT/scripts/suite.sh" run "$suite" /src/scripts/with-cluster.sh \
-			/bin/bash -c "$RUN_SUITES" run /src "$bin" "${SUITES[@]}" >"$work/$name.log" 2>&1 || rc=$?
+			/bin/bash -c "$RUN_SUITES" run /src "$bin" "$work" "$name" "${suites[@]}" >"$work/$name.log" 2>&1 || rc=$?
 	else
 		# The cluster in its chroot, the tests in the client's; old
 		# clients know AES keys only.
@@ -169,38 +210,59 @@ cell() {
 		while IFS= read -r line; do
 			[[ $line =~ ^export\ (CEPH_[A-Z_]+)=(.*)$ ]] && env+=("${BASH_REMATCH[1]}=${BASH_REMATCH[2]}")
 		done <"$work/hold/cluster/env"
-		[[ -z ${MATRIX_RUN:-} ]] || env+=("MATRIX_RUN=$MATRIX_RUN")
-		[[ -z ${MATRIX_VERBOSE:-} ]] || env+=("MATRIX_VERBOSE=1")
 		if [[ $client == host ]]; then
-			env "${env[@]}" /bin/bash -c "$RUN_SUITES" run "$ROOT" "$bin" "${SUITES[@]}" >"$work/$name.log" 2>&1 || rc=$?
+			env "${env[@]}" /bin/bash -c "$RUN_SUITES" run "$ROOT" "$bin" "$work" "$name" "${suites[@]}" >"$work/$name.log" 2>&1 || rc=$?
 		else
-			SUITE_BINDS=$work SUITE_ENV="${env[*]} MATRIX_FOREIGN_MON=1" "$ROOT/scripts/suite.sh" run "$client" \
-				/bin/bash -c "$RUN_SUITES" run /src "$bin" "${SUITES[@]}" >"$work/$name.log" 2>&1 || rc=$?
+			SUITE_BINDS=$work SUITE_ENV="${env[*]}" "$ROOT/scripts/suite.sh" run "$client" \
+				/bin/bash -c "$RUN_SUITES" run /src "$bin" "$work" "$name" "${suites[@]}" >"$work/$name.log" 2>&1 || rc=$?
 		fi
 		release_hold
 	fi
-	# On failure the log's end first, then the summary, so the last lines
-	# (what a CI report shows) say which suites and tests failed.
-	((rc == 0)) || tail -40 "$work/$name.log" >&2
-	grep -E '^(PASS|FAIL|--- FAIL|=== suite .* (took|NOT RUN|without)|=== rbd-fuse|panic:)' "$work/$name.log" |
-		sed "s/^/$name: /" >&2 || true
-	# Then the failed subtests and the tests' own words (file.go:N:).
-	grep -E '^ +(--- FAIL|[a-z0-9_]+\.go:[0-9]+: )' "$work/$name.log" | head -n 40 | sed "s/^/$name: /" >&2 || true
-	((rc == 0)) || die "$name failed after $((SECONDS - t)) s (log: $work/$name.log; MATRIX_KEEP=1 keeps it)"
+	# The probe and each suite's time, then the verdict by the list: one
+	# line per test, every problem by name, the cell's count.
+	grep -E '^(=== suite .* took|=== rbd-fuse|--- FAIL: suite)' "$work/$name.log" | sed "s/^/$name: /" >&2 || true
+	report "$name" "${suites[@]}" || rc=1
+	[[ -n ${MATRIX_RUN:-} ]] || fuse_agrees "$name" || rc=1
+	if ((rc != 0)); then
+		tail -20 "$work/$name.log" >&2
+		die "$name failed after $((SECONDS - t)) s (log: $work/$name.log; MATRIX_KEEP=1 keeps it)"
+	fi
 	log "$name passed in $((SECONDS - t)) s"
 }
 
 t0=$SECONDS
+mkdir -p "$work/tools"
+(cd "$ROOT" && CGO_ENABLED=0 go build -o "$work/tools/test2json" cmd/test2json && go build -o "$work/tools/testreport" ./scripts/testreport) ||
+	die "building test2json and scripts/testreport failed"
 declare -A built=()
+done_cells=()
+# needed_by CLIENT: the suites the chosen cells built on CLIENT run.
+needed_by() {
+	local c cl
+	for c in "${cells[@]}"; do
+		read -r _ cl _ < <(cell_spec "$c")
+		[[ $cl != "$1" ]] || suites_of "$c"
+	done | sort -u
+}
 for c in "${cells[@]}"; do
 	read -r _ client _ < <(cell_spec "$c")
 	if [[ -z ${built[$client]:-} ]]; then
 		t=$SECONDS
-		"$ROOT/scripts/suite.sh" build "$client" "$work/bin-$client" "${SUITES[@]}" >"$work/build-$client.log" 2>&1 ||
+		mapfile -t need < <(needed_by "$client")
+		"$ROOT/scripts/suite.sh" build "$client" "$work/bin-$client" "${need[@]}" >"$work/build-$client.log" 2>&1 ||
 			{ tail -30 "$work/build-$client.log" >&2; die "building on $client failed"; }
 		log "built on $client in $((SECONDS - t)) s: $(head -1 "$work/build-$client.log")"
 		built[$client]=1
 	fi
 	cell "$c"
+	done_cells+=("$c")
 done
+# The step's line: every suite of every cell, counted together.
+if [[ -z ${MATRIX_RUN:-} ]]; then
+	parts=()
+	for c in "${done_cells[@]}"; do
+		while read -r s; do parts+=("$c/$s=$work/$c.$s.json"); done < <(suites_of "$c")
+	done
+	"$work/tools/testreport" check -step ceph-matrix -list "$LIST" -q "${parts[@]}"
+fi
 log "all cells passed in $((SECONDS - t0)) s"

@@ -18,8 +18,10 @@
 #   scripts/k8s-e2e.sh [go test flags, e.g. -run TestSnapshot]
 #
 # E2E_PASSES: "kustomize helm groupsnap" (the default), or some of them; each
-# pass runs only if the ones before passed. Flags given apply to every pass
-# (a -run given replaces the Helm and group snapshot passes' lists).
+# pass runs only if the ones before passed. Each pass runs the tests its
+# section of scripts/k8s-e2e.tests lists and is held to that list; go test
+# flags given replace the lists in every pass (and the run is then reported,
+# not judged by them).
 #
 # Environment: RBDCSI_E2E_CACHE (build cache, default /var/cache/rbdcsi-e2e),
 # E2E_ARTIFACTS (where logs go on failure, default /tmp/rbdcsi-e2e-artifacts),
@@ -165,10 +167,13 @@ main() {
 
 	# The overlay, with the local cluster's map and key beside it.
 	mkdir -p "$work/deploy"
-	cp -r "$ROOT/deploy/kubernetes" "$ROOT/deploy/e2e" "$ROOT/deploy/topology" "$work/deploy/"
-	rm -rf "$work/deploy/e2e/local"
-	export RBDCSI_E2E_K8S=1 E2E_CLUSTER_CONFIG=$work/deploy/e2e/local/cluster-config.json
-	export E2E_RBDPLUGIN=$ROOT/bin/rbdplugin E2E_WORK=$work
+	cp -r "$ROOT/deploy/kubernetes" "$ROOT/deploy/site" "$ROOT/deploy/snapshotclass" "$ROOT/deploy/e2e" \
+		"$ROOT/deploy/topology" "$work/deploy/"
+	rm -f "$work/deploy/site/"{userID,userKey,nodeUserID,nodeUserKey}
+	export RBDCSI_E2E_K8S=1 E2E_CLUSTER_CONFIG=$work/deploy/site/cluster-config.json
+	export E2E_RBDPLUGIN=$ROOT/bin/rbdplugin E2E_WORK=$work E2E_TOOLS=$work/tools
+	mkdir -p "$E2E_TOOLS"
+	(cd "$ROOT" && go build -o "$E2E_TOOLS/testreport" ./scripts/testreport) || die "building scripts/testreport failed"
 	if [[ $default == yes ]]; then
 		write_local "$work"
 		deploy "$work/deploy/e2e" "the driver"
@@ -176,7 +181,7 @@ main() {
 	fi
 
 	if [[ $passes == *kustomize* ]]; then
-		(cd "$ROOT" && go_test -skip Helm "$@") || rc=$?
+		(cd "$ROOT" && go_test kustomize "$@") || rc=$?
 		log "kustomize pass finished (exit $rc) after $((SECONDS - t0)) s"
 	fi
 	if [[ $passes == *helm* ]] && ((rc == 0)); then
@@ -191,19 +196,17 @@ main() {
 	return "$rc"
 }
 
-# write_local WORK: the local cluster's map and keys (the cluster in the
-# environment: CEPH_CONF, CEPH_MON_HOST, ...) in WORK/deploy/e2e/local, where
-# the overlay's generators read them.
+# write_local WORK: the local cluster's map and users (the cluster in the
+# environment: CEPH_CONF, CEPH_MON_HOST, ...) in WORK/deploy/site, the copy
+# of the overlay users fill in, where its generators read them.
 write_local() {
-	local dir=$1/deploy/e2e/local
-	rm -rf "$dir"
-	mkdir -p "$dir"
+	local dir=$1/deploy/site
 	(
 		umask 077
 		printf '[{"clusterID": "ceph1", "monitors": ["%s"]}]\n' "$CEPH_MON_HOST" >"$dir/cluster-config.json"
 		printf '%s' "$CEPH_CSI_USER" >"$dir/userID"
 		printf '%s' "$CEPH_CSI_KEY" >"$dir/userKey"
-		# The node plugins' user, as deploy/kubernetes/secret.yaml says to make it.
+		# The node plugins' user, as docs/install.md (step 3) says to make it.
 		printf 'rbdcsi-node' >"$dir/nodeUserID"
 		ceph -c "$CEPH_CONF" auth get-or-create client.rbdcsi-node \
 			mon 'allow r, allow command "osd blocklist" with blocklistop=rm' \
@@ -234,8 +237,28 @@ wait_registered() {
 	return 1
 }
 
+# go_test PASS [go test flags]: the scenarios of PASS, its section of
+# scripts/k8s-e2e.tests (or, with flags given, the tests they pick), shown
+# as go test -v shows them; then the run is judged by the list (a listed
+# test that skips or does not run fails the pass, naming it) or, with flags
+# given, reported.
 go_test() {
-	go test -tags="$("$ROOT/build/ceph-tags.sh"),e2e_k8s" -count=1 -timeout 45m -v ./e2e/k8s/ "$@"
+	local pass=$1 events args=()
+	shift
+	events=$E2E_WORK/e2e-$pass.json
+	if (($# == 0)); then
+		mapfile -t args < <("$E2E_TOOLS/testreport" args -list "$ROOT/scripts/k8s-e2e.tests" "$pass") ||
+			die "no tests for the $pass pass in scripts/k8s-e2e.tests"
+	fi
+	local rc=0
+	go test -tags="$("$ROOT/build/ceph-tags.sh"),e2e_k8s" -json -count=1 -timeout 45m ./e2e/k8s/ "${args[@]}" "$@" |
+		"$E2E_TOOLS/testreport" pipe -o "$events" || rc=$?
+	if (($# == 0)); then
+		"$E2E_TOOLS/testreport" check -step "e2e $pass" -list "$ROOT/scripts/k8s-e2e.tests" -v "$pass=$events" || rc=1
+	else
+		"$E2E_TOOLS/testreport" summary -step "e2e $pass" -v "$pass=$events" || rc=1
+	fi
+	return "$rc"
 }
 
 # helm_pass WORK [go test flags] (called in an || list, where set -e is
@@ -258,13 +281,13 @@ helm_pass() {
 	"$KUBECTL" create namespace rbdcsi || die "creating namespace rbdcsi failed"
 	"$KUBECTL" label namespace rbdcsi pod-security.kubernetes.io/enforce=privileged || die "labelling namespace rbdcsi failed"
 	"$KUBECTL" --namespace rbdcsi create secret generic rbdcsi-secret \
-		--from-file=userID="$work/deploy/e2e/local/userID" --from-file=userKey="$work/deploy/e2e/local/userKey" || die "creating Secret rbdcsi-secret failed"
+		--from-file=userID="$work/deploy/site/userID" --from-file=userKey="$work/deploy/site/userKey" || die "creating Secret rbdcsi-secret failed"
 	# The local cluster's map and the node user's key, as values.
 	(
 		umask 077
 		printf 'clusters:\n  - clusterID: ceph1\n    monitors: ["%s"]\n' "$CEPH_MON_HOST"
 		printf 'secrets:\n  node:\n    userID: %s\n    userKey: %s\n' \
-			"$(<"$work/deploy/e2e/local/nodeUserID")" "$(<"$work/deploy/e2e/local/nodeUserKey")"
+			"$(<"$work/deploy/site/nodeUserID")" "$(<"$work/deploy/site/nodeUserKey")"
 	) >"$work/helm-local.yaml" || die "writing $work/helm-local.yaml failed"
 	"$work/helm.sh" install rbdcsi "$ROOT/deploy/helm/rbdcsi" --namespace rbdcsi \
 		-f "$ROOT/deploy/e2e/helm-values.yaml" -f "$work/helm-local.yaml" --wait --timeout 5m || die "helm install failed"
@@ -272,9 +295,7 @@ helm_pass() {
 	log "helm install done after $((SECONDS - t0)) s"
 
 	export RBDCSI_E2E_INSTALL=helm E2E_HELM=$work/helm.sh E2E_HELM_CHART=$ROOT/deploy/helm/rbdcsi
-	local run='^(TestDriverDeployed|TestFilesystemPersists|TestBlockVolume|TestSnapshotRestoreClone|TestOnlineExpansion'
-	run+='|TestHelmUpgradeUnderMountedVolume|TestZZCleanupLeavesNothing|TestZZZHelmUninstallLeavesNothing)$'
-	(cd "$ROOT" && go_test -run "$run" "$@")
+	(cd "$ROOT" && go_test helm "$@")
 }
 
 # groupsnap_pass WORK [go test flags] (called in an || list, where set -e is
@@ -317,7 +338,7 @@ groupsnap_pass() {
 
 	unset RBDCSI_E2E_INSTALL E2E_HELM E2E_HELM_CHART
 	export RBDCSI_E2E_GROUPSNAP=1
-	(cd "$ROOT" && go_test -run '^(TestGroupSnapshotRestoresEachMember|TestZZCleanupLeavesNothing)$' "$@")
+	(cd "$ROOT" && go_test groupsnap "$@")
 }
 
 finish() {

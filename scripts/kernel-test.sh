@@ -109,6 +109,14 @@ else
 	mount -t overlay overlay -o "ro,lowerdir=$("$ROOT/scripts/rootfs.sh" dev "$userland"):$("$ROOT/scripts/rootfs.sh" runtime "$userland")" "$vm_userland"
 fi
 
+# The guests report their tests as `go test -json` does (test2json: Go's own
+# converter, built static), and scripts/testreport holds each part of the
+# run to its list (scripts/kernel-test.tests): a listed test that skips or
+# does not run fails the step, naming it.
+readonly LIST=$ROOT/scripts/kernel-test.tests
+(cd "$ROOT" && CGO_ENABLED=0 go build -o "$work/bin/test2json" cmd/test2json && go build -o "$work/testreport" ./scripts/testreport) ||
+	die "building test2json and scripts/testreport failed"
+
 ip netns add "$ns"
 ip -n "$ns" link set lo up
 ip -n "$ns" link add br0 type bridge
@@ -135,35 +143,20 @@ for m in "${mappers[@]}"; do
 done
 log "clusters up on $NET.1 in network namespace $ns ($((SECONDS - t0)) s so far): $(for m in "${mappers[@]}"; do echo -n "$m: $(cluster_of "$m") "; done)userland: $userland"
 
-# The whole suite takes 25-40 minutes per mapper under TCG on two busy
-# cores, more than CI can give both. krbd, the default mapper, runs all of
-# it but 16 parallel stages and the user without access (the host's fuse
-# run has them); nbd runs what its user-space daemon makes different
-# (mapping, data, growth, a killed plugin, a lost mapping, options, read
-# affinity (config, not options, to rbd-nbd), bad input, the object map it
-# keeps, journaling, the re-attach of a dead daemon; krbd has no daemon to
-# lose). Its xfs runs in the online growth (stage, mkfs, grow, unstage):
-# TestFilesystem's xfs case differs from ext4's only in mkfs, which krbd's
-# run has. Of the encrypted volumes, nbd runs the data path (ext4 and
-# block; xfs likewise) and the fuse mapper's, to even out the two guests;
-# what happens before the map or above the device (key refusals, crash
-# states, stale dm devices, KEK rotation, restores and clones, the discard
-# flag) is the same on every mapper and runs with krbd only. KERNEL_TEST_FULL=1 runs
-# everything with both.
-readonly NBD_TESTS='TestBlock|TestReadAffinity|TestFilesystem|TestFstrimGivesSpaceBack|TestQoSInThePodCgroup|TestLibrbdQoSReachesAMappedVolume|TestOnlineGrowthUnderWrites|TestKilledBetweenStageAndUnstage|TestStagedVolumeLostOnReboot|TestMapOptions|TestBadInput|TestDefaultFeaturesMapAndTrackWrites|TestJournalingByMapper|TestNBDReattachAfterDaemonDied|TestEncryptedVolumes|TestEncryptedWithFuseMapper'
-readonly NBD_SKIP='(TestEncryptedVolumes|TestFilesystem)$/^xfs'
-readonly KRBD_SKIP='TestSixteenVolumesStagedInParallel|TestStageWithUserWithoutAccess|TestNBDReattachAfterDaemonDied|TestEncryptedWithFuseMapper'
+# Which tests each guest runs is its section of scripts/kernel-test.tests,
+# which says why for each one left to the other guest or to the host.
+# KERNEL_TEST_RUN picks tests instead (no list then), KERNEL_TEST_FULL=1
+# runs the whole suite with both mappers.
+partial=0
+[[ -z ${KERNEL_TEST_RUN:-} && ${KERNEL_TEST_FULL:-0} != 1 ]] || partial=1
 # tests MAPPER: go test's -run and -skip arguments, one per line.
 tests() {
 	if [[ -n ${KERNEL_TEST_RUN:-} ]]; then
 		echo "-test.run=$KERNEL_TEST_RUN"
 	elif [[ ${KERNEL_TEST_FULL:-0} == 1 ]]; then
 		echo "-test.run=."
-	elif [[ $1 == nbd ]]; then
-		echo "-test.run=^($NBD_TESTS)\$"
-		echo "-test.skip=^$NBD_SKIP\$" # a "/" inside a group would not split levels
 	else
-		echo "-test.skip=^($KRBD_SKIP)\$"
+		"$work/testreport" args -list "$LIST" "$1"
 	fi
 }
 
@@ -173,7 +166,6 @@ tests() {
 # joint phase, krbd's is left to it: node-a maps with krbd there too, cut
 # off when fenced; a reachable node's fence runs with nbd here and with
 # fuse in make integration.
-readonly FENCE_TESTS='TestForceDetachFencesTheOldNode'
 # The joint phase's test, and the port of guest A's agent; node-a's plugin
 # serves CSI and metrics on the next two.
 readonly JOINT_TEST=TestForceDetachAcrossGuests JOINT_PORT=7070
@@ -189,7 +181,7 @@ fence_tests() {
 		echo "-test.run=$KERNEL_TEST_RUN"
 		echo "-test.skip=^$JOINT_TEST\$" # it runs on two guests or not at all
 	elif [[ $1 != krbd || $joint == 0 ]]; then
-		echo "-test.run=^($FENCE_TESTS)\$"
+		"$work/testreport" args -list "$LIST" fence
 	fi
 }
 
@@ -202,15 +194,27 @@ for m in "${mappers[@]}"; do
 	tap_of[$m]=tap$n
 done
 
+# quote_lines TEXT: each non-empty line of TEXT in single quotes, on one
+# line (arguments for run.sh; none holds a quote).
+quote_lines() {
+	local l out=""
+	while IFS= read -r l; do [[ -z $l ]] || out+="'$l' "; done <<<"$1"
+	echo "$out"
+}
+
 # job MAPPER: a guest's run.sh, which runs the node suite with MAPPER
 # against the cluster of that name, then the force detach, then its part
 # in the joint phase. Its status is its suites'; the joint phase's goes to
 # files. The guest's Ceph clients get a tmpfs for their admin sockets: a
 # unix socket cannot live on 9p.
 job() {
-	local dir=$work/$1 cluster=$work/cluster-$1 fence
+	local dir=$work/$1 cluster=$work/cluster-$1 fence node
 	mkdir -p "$dir"
-	fence=$(fence_tests "$1" | sed "s/.*/'&'/" | tr '\n' ' ')
+	node=$(tests "$1") || die "no tests for $1 (scripts/kernel-test.tests)"
+	node=$(quote_lines "$node")
+	fence=$(fence_tests "$1") || die "no fence tests (scripts/kernel-test.tests)"
+	fence=$(quote_lines "$fence")
+	[[ -z $fence ]] || touch "$dir/fence.ran"
 	{
 		cat <<EOF
 set -a
@@ -219,11 +223,11 @@ set +a
 mount -t tmpfs tmpfs '$cluster/run'
 export RBDPLUGIN='$work/bin/rbdplugin' RBDCSI_E2E_MOUNTER='$1' RBDCSI_E2E_LINK=eth0 RBDCSI_E2E_SLOWDOWN=4 RBDCSI_E2E_TIMING='${RBDCSI_E2E_TIMING:-}'
 cd '$dir'
-'$work/bin/node.test' -test.v -test.count=1 -test.timeout=40m $(tests "$1" | sed "s/.*/'&'/" | tr '\n' ' ')>'$dir/out' 2>&1
+'$work/bin/test2json' -t -p e2e/node '$work/bin/node.test' -test.v=test2json -test.count=1 -test.timeout=40m $node>'$dir/node.json' 2>'$dir/test2json.log'
 node=\$?
 fence=0
 EOF
-		[[ -z $fence ]] || echo "'$work/bin/controller.test' -test.v -test.count=1 -test.timeout=10m $fence>>'$dir/out' 2>&1 || fence=\$?"
+		[[ -z $fence ]] || echo "'$work/bin/test2json' -t -p e2e/controller '$work/bin/controller.test' -test.v=test2json -test.count=1 -test.timeout=10m $fence>'$dir/fence.json' 2>>'$dir/test2json.log' || fence=\$?"
 		if ((joint)); then
 			echo "j='$work/joint' bin='$work/bin' agent='${addr_of[krbd]}:$JOINT_PORT' cluster='$work/cluster-krbd' test='$JOINT_TEST'"
 			case $1 in
@@ -274,11 +278,11 @@ if [ -e "$j/a.ready" ]; then
 		set +a
 		mount -t tmpfs tmpfs "$cluster/run"
 		RBDCSI_E2E_JOINT_AGENT=$agent RBDCSI_E2E_JOINT_DIR=$j RBDCSI_E2E_JOINT_MOUNTER=krbd \
-			"$bin/controller.test" -test.v -test.count=1 -test.timeout=15m "-test.run=^$test\$" >"$j/out" 2>&1
+			"$bin/test2json" -t -p e2e/controller "$bin/controller.test" -test.v=test2json -test.count=1 -test.timeout=15m "-test.run=^$test\$" >"$j/joint.json" 2>"$j/test2json.log"
 	)
 	echo $? >"$j/rc"
 else
-	echo "guest A ended before it served the joint phase's agent" >"$j/out"
+	echo "guest A ended before it served the joint phase's agent" >"$j/test2json.log"
 	echo 1 >"$j/rc"
 fi
 touch "$j/over"
@@ -323,18 +327,6 @@ joint_serve() {
 	[[ -z $began ]] || log "joint phase: guest A ready at $((ready - t0)) s, the test began at $((began - t0)) s and took $((SECONDS - began)) s"
 }
 
-# report NAME: one line per top-level test from go test's verbose output.
-report() {
-	[[ -e $work/$1/out ]] || {
-		echo "kernel-test: $1: no output"
-		return
-	}
-	awk -v name="$1" '/^--- (PASS|FAIL|SKIP): Test/ {
-		r = $2 == "PASS:" ? "ok" : ($2 == "FAIL:" ? "FAIL" : "skipped")
-		printf "kernel-test: %-5s %-40s %-7s %s\n", name, $3, r, $4
-	}' "$work/$1/out"
-}
-
 ((joint == 0)) || mkdir -p "$work/joint"
 declare -A guest_of=()
 for m in "${mappers[@]}"; do
@@ -359,27 +351,37 @@ if ((joint)); then
 fi
 
 failed=0
+parts=()
 for m in "${mappers[@]}"; do
-	if wait "${guest_of[$m]}"; then
-		report "$m"
-	else
-		report "$m"
-		log "the node suite with $m failed; its output:"
-		tail -n 60 "$work/$m/out" >&2 2>/dev/null || tail -n 30 "$work/$m/console" >&2
+	if ! wait "${guest_of[$m]}"; then
 		failed=1
+		if [[ ! -s $work/$m/node.json ]]; then
+			log "the guest with $m ran no test; the end of its console:"
+			tail -n 30 "$work/$m/console" >&2
+		fi
 	fi
+	parts+=("$m=$work/$m/node.json")
+	[[ ! -e $work/$m/fence.ran ]] || parts+=("fence-$m=$work/$m/fence.json")
 done
 guests=()
 if ((joint)); then
 	wait "$joint_pid" || true
 	joint_pid=
-	report joint
+	parts+=("joint=$work/joint/joint.json")
 	if [[ $(cat "$work/joint/rc" 2>/dev/null) != 0 || $(cat "$work/joint/a.rc" 2>/dev/null) != 0 ]]; then
-		log "the joint phase failed; the test's output, then guest A's agent's:"
-		tail -n 60 "$work/joint/out" >&2 2>/dev/null || true
+		log "the joint phase failed; guest A's agent said:"
+		cat "$work/joint/test2json.log" >&2 2>/dev/null || true
 		tail -n 20 "$work/joint/agent.log" >&2 2>/dev/null || true
 		failed=1
 	fi
+fi
+# One line per test and part, every problem by name, and the step's line:
+# ran N, expected skips M, unexpected skips 0. A partial run (KERNEL_TEST_RUN,
+# KERNEL_TEST_FULL) has no list to meet: it reports what ran.
+if ((partial)); then
+	"$work/testreport" summary -step kernel-test -v "${parts[@]}" || failed=1
+else
+	"$work/testreport" check -step kernel-test -list "$LIST" -v "${parts[@]}" || failed=1
 fi
 ((failed == 0)) || die "failed after $((SECONDS - t0)) s"
 log "passed in $((SECONDS - t0)) s"

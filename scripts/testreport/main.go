@@ -186,7 +186,7 @@ func checkAll(w io.Writer, list, step string, verbose, quiet bool, parts []strin
 // summarize reports runs that no list judges: every skip is shown with its
 // reason, every failure with its output.
 func summarize(w io.Writer, step string, verbose bool, parts []string) error {
-	failed := false
+	failed, ran := false, 0
 	for _, p := range parts {
 		name, file, found := strings.Cut(p, "=")
 		if !found {
@@ -216,11 +216,12 @@ func summarize(w io.Writer, step string, verbose bool, parts []string) error {
 			fmt.Fprintf(w, "%s: skipped %s: %s\n", prefix, n, v.Messages[n])
 		}
 		v.print(w, step, r, verbose)
-		if !v.ok() || v.Ran == 0 {
-			failed = true
-		}
+		failed = failed || !v.ok()
+		ran += v.Ran + v.ExpectedSkips
 	}
-	if failed {
+	// A part may have nothing of the tests picked (a -run that matches none
+	// of its package's); the step as a whole must have run something.
+	if failed || ran == 0 {
 		return errFailed
 	}
 	return nil

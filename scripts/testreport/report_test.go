@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -216,5 +217,52 @@ func TestPipeKeepsEventsAndShowsOutput(t *testing.T) {
 		if !strings.Contains(shown.String(), want) {
 			t.Errorf("missing %q in the shown output:\n%s", want, shown.String())
 		}
+	}
+}
+
+// Every test of e2e/node runs in a guest of make kernel-test or is named in
+// the list's [host-only] section with its reason: a new node test cannot
+// be left out of the kernel test by oversight.
+func TestKernelTestListPlacesEveryNodeTest(t *testing.T) {
+	f, err := os.Open("../kernel-test.tests")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sections, err := parseList(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	placed := map[string]string{}
+	for _, name := range []string{"krbd", "nbd", "host-only"} {
+		s := sections[name]
+		if s == nil {
+			t.Fatalf("scripts/kernel-test.tests has no [%s]", name)
+		}
+		for n, e := range s.Entries {
+			if !strings.Contains(n, "/") && (name == "host-only" || e.Kind != excluded) {
+				placed[n] = name
+			}
+		}
+	}
+	files, err := filepath.Glob("../../e2e/node/*_test.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no e2e/node tests found (%v)", err)
+	}
+	found := 0
+	for _, file := range files {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`(?m)^func (Test[A-Za-z0-9_]*)\(t \*testing\.T\)`).FindAllStringSubmatch(string(src), -1) {
+			found++
+			if placed[m[1]] == "" {
+				t.Errorf("%s (%s) is in no guest's section of scripts/kernel-test.tests, nor in [host-only]", m[1], filepath.Base(file))
+			}
+		}
+	}
+	if found < 20 {
+		t.Errorf("found only %d tests in e2e/node: the pattern no longer matches", found)
 	}
 }
