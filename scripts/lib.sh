@@ -20,8 +20,8 @@ need_packages() {
 	((${#missing[@]})) || return 0
 	[[ $(id -u) == 0 ]] || die "missing packages (${missing[*]}); run as root"
 	log "installing: ${missing[*]}"
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	apt-get update -qq -o Acquire::Retries=3
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o Acquire::Retries=3 --no-install-recommends "${missing[@]}" >/dev/null
 }
 
 # remove_work DIR KEEP: the end of a test's work directory. A directory

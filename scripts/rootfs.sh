@@ -48,7 +48,8 @@ readonly DEV_PACKAGES=(ceph-mon ceph-osd ceph-mgr ceph-base librbd-dev librados-
 	iproute2 procps uuid-runtime)
 # apt's options for a mirror that serves a snapshot of the archive, whose
 # Release files are past their Valid-Until date (as on this machine).
-readonly APT_OPTS=(-o Acquire::Check-Valid-Until=false -o Acquire::Check-Date=false)
+# Retries: a mirror or resolver sometimes fails one fetch and answers the next.
+readonly APT_OPTS=(-o Acquire::Check-Valid-Until=false -o Acquire::Check-Date=false -o Acquire::Retries=3)
 
 # The Debian mirror apt already uses on this machine (DEBIAN_MIRROR wins).
 debian_mirror() {
@@ -93,11 +94,17 @@ bootstrap() {
 	rm -rf "$dir" "$dir.tmp"
 	t0=$SECONDS
 	log "debootstrap --variant=minbase $suite ($mirror)${pkgs:+ with $pkgs} into $dir"
-	if ! debootstrap --variant=minbase "${include[@]}" "$suite" "$dir.tmp" "$mirror" "${script[@]}" >"$CACHE/$name-debootstrap.log" 2>&1; then
+	# Twice: a mirror sometimes fails one fetch ("Failed getting release
+	# file") and answers the next.
+	local try
+	for try in 1 2; do
+		debootstrap --variant=minbase "${include[@]}" "$suite" "$dir.tmp" "$mirror" "${script[@]}" >"$CACHE/$name-debootstrap.log" 2>&1 && break
 		tail -5 "$CACHE/$name-debootstrap.log" >&2
 		rm -rf "$dir.tmp"
-		die "debootstrap $suite failed: see $CACHE/$name-debootstrap.log"
-	fi
+		((try == 1)) || die "debootstrap $suite failed twice: see $CACHE/$name-debootstrap.log"
+		log "debootstrap $suite failed; once more in 10 s"
+		sleep 10
+	done
 	printf '%s\nfrom %s, %s\n' "$key" "$mirror" "$(date -u +%FT%TZ)" >"$dir.tmp/.rootfs-complete"
 	mv "$dir.tmp" "$dir"
 	log "$name built in $((SECONDS - t0)) s"
