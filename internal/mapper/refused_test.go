@@ -12,9 +12,11 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/command"
 )
 
-// The tools' words for a refused user are a refusal, neither a missing
-// image ("error opening image") nor an unreachable cluster ("couldn't
-// connect"), and say whether the monitors or the OSDs refused.
+// The tools' words for a refused user (Ceph 16's rbd and rbd-nbd, as they
+// answer a user without osd caps and a key that is not the user's) are a
+// refusal, neither a missing image ("error opening image") nor an
+// unreachable cluster ("couldn't connect", "failed to fetch mon config"),
+// and say whether the monitors or the OSDs refused.
 func TestClassifyRefusals(t *testing.T) {
 	exit13 := exec.Command("sh", "-c", "exit 13").Run()
 	for name, tc := range map[string]struct {
@@ -28,6 +30,11 @@ func TestClassifyRefusals(t *testing.T) {
 			"rbd: couldn't connect to the cluster!", Err: errors.New("exit status 13")}, true},
 		"exit 13":   {&command.Error{Cmd: "rbd device", Stderr: "rbd: couldn't connect to the cluster!", Err: exit13}, true},
 		"krbd auth": {&command.Error{Cmd: "rbd device", Stderr: "rbd: sysfs write failed\nrbd: map failed: (13) Permission denied", Err: errors.New("exit status 13")}, true},
+		// rbd-nbd's own words, as `rbd device map -t nbd` passes them on
+		"nbd osd caps": {&command.Error{Cmd: "rbd device", Stderr: "librbd::image::OpenRequest: failed to stat v2 image header: (1) Operation not permitted\n" +
+			"librbd::ImageState: 0x55deb51a0f10 failed to open image: (1) Operation not permitted\nrbd: rbd-nbd failed with error: /usr/bin/rbd-nbd: exit status: 1", Err: errors.New("exit status 22")}, false},
+		"nbd rejected": {&command.Error{Cmd: "rbd device", Stderr: "monclient(hunting): handle_auth_bad_method server allowed_methods [2] but i only support [2]\n" +
+			"failed to fetch mon config (--no-mon-config to skip)\nrbd: rbd-nbd failed with error: /usr/bin/rbd-nbd: exit status: 1", Err: errors.New("exit status 22")}, true},
 	} {
 		got := classify(tc.err)
 		if !errors.Is(got, ErrPermission) || errors.Is(got, ErrNotFound) || errors.Is(got, ErrUnavailable) {
