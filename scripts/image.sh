@@ -63,11 +63,17 @@ bases() {
 	local suite=$1 root key dir c
 	suite_ok "$suite"
 	root=$("$ROOT/scripts/rootfs.sh" base "$suite")
-	key="$(head -1 "$root/.rootfs-complete") $(sed -n 2p "$root/.rootfs-complete")"
+	key="$(head -1 "$root/.rootfs-complete") $(sed -n 2p "$root/.rootfs-complete") valid-until-off"
 	if ! stamped "docker.io/library/debian:$suite" "$key"; then
 		log "debian:$suite from $root"
 		import_dir "docker.io/library/debian:$suite" "$root"
 		c=$(buildah from --pull=never "docker.io/library/debian:$suite")
+		# The mirror here serves a snapshot of the archive: testing's
+		# Release files are past their Valid-Until, which the Dockerfile's
+		# apt-get update refuses. The local base accepts them, as
+		# scripts/rootfs.sh does; the live archive needs no such setting.
+		buildah run --isolation chroot "$c" -- sh -c \
+			'echo "Acquire::Check-Valid-Until \"false\";" >/etc/apt/apt.conf.d/99rbdcsi-snapshot-mirror'
 		buildah config --annotation "dev.rbdcsi.source=$key" --cmd /bin/bash "$c"
 		buildah commit --quiet --rm "$c" "docker.io/library/debian:$suite" >/dev/null
 	fi
@@ -93,8 +99,16 @@ bud() {
 	# This machine's CA bundle, for the Go module download (the Dockerfile
 	# says why): it may hold a TLS-intercepting proxy's CA.
 	[[ ! -s /etc/ssl/certs/ca-certificates.crt ]] || ca=(--secret "id=ca-certificates,src=/etc/ssl/certs/ca-certificates.crt")
-	buildah bud --isolation chroot --pull=never --layers --format oci "${ca[@]}" \
-		--build-arg "DEBIAN_SUITE=$suite" -f "$DOCKERFILE" "$@" "$ROOT"
+	# Twice: apt inside a step fails whole when the resolver here stops
+	# answering for a while, which a later try outlives; finished steps are
+	# not run again (--layers).
+	local try
+	for try in 1 2; do
+		buildah bud --isolation chroot --pull=never --layers --format oci "${ca[@]}" \
+			--build-arg "DEBIAN_SUITE=$suite" -f "$DOCKERFILE" "$@" "$ROOT" && return 0
+		((try == 2)) || { echo "image.sh: the build failed; once more in 30 s" && sleep 30; }
+	done
+	return 1
 }
 
 # runtime SUITE: the runtime stage alone (the base of the kernel test's and
