@@ -251,7 +251,7 @@ for c in "${cells[@]}"; do
 		mapfile -t need < <(needed_by "$client")
 		"$ROOT/scripts/suite.sh" build "$client" "$work/bin-$client" "${need[@]}" >"$work/build-$client.log" 2>&1 ||
 			{ tail -30 "$work/build-$client.log" >&2; die "building on $client failed"; }
-		log "built on $client in $((SECONDS - t)) s: $(head -1 "$work/build-$client.log")"
+		log "built on $client in $((SECONDS - t)) s: $(grep -m1 "^librbd" "$work/build-$client.log")"
 		built[$client]=1
 	fi
 	cell "$c"

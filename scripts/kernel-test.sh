@@ -101,7 +101,7 @@ if [[ $userland == host ]]; then
 else
 	"$ROOT/scripts/suite.sh" build "$userland" "$work/bin" node controller >"$work/build.log" 2>&1 ||
 		{ tail -30 "$work/build.log" >&2; die "building on $userland failed"; }
-	log "built on $userland: $(head -1 "$work/build.log")"
+	log "built on $userland: $(grep -m1 "^librbd" "$work/build.log")"
 	# One read-only view of the runtime root and its test layer, shared
 	# with the guests by 9p.
 	vm_userland=$work/userland
