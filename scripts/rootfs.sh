@@ -161,10 +161,19 @@ dev() {
 	mkdir -p "$dir.tmp"
 	t0=$SECONDS
 	log "installing the test layer of $suite into $dir: ${DEV_PACKAGES[*]}"
+	# shellcheck disable=SC2016 # the inner shell expands them
 	if ! ROOTFS_OVERLAY=$dir.tmp ROOTFS_ENV="DEBIAN_FRONTEND=noninteractive" "$HERE/rootfs.sh" run "$lower" /bin/sh -c '
 		set -e
-		apt-get "$@" update -qq
-		apt-get "$@" install -y -qq --no-install-recommends '"${DEV_PACKAGES[*]}"'
+		# Three tries: the resolver here sometimes stops answering for a
+		# while, and apt-get update then only warns.
+		for try in 1 2 3; do
+			if apt-get "$@" update -qq && apt-get "$@" install -y -qq --no-install-recommends '"${DEV_PACKAGES[*]}"'; then
+				break
+			fi
+			[ "$try" != 3 ] || exit 1
+			echo "apt failed; once more in 30 s"
+			sleep 30
+		done
 		apt-get clean
 		rm -rf /var/lib/apt/lists/* /tmp/* /var/tmp/*
 	' sh "${APT_OPTS[@]}" >"$CACHE/$suite-dev.log" 2>&1; then
