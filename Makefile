@@ -26,13 +26,14 @@ deps:
 	if [ -n "$$missing" ]; then \
 		echo "installing:" $$missing; \
 		if [ "$$(id -u)" != 0 ]; then echo "run 'make deps' as root (apt-get)"; exit 1; fi; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+		apt-get update -qq -o Acquire::Retries=3 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o Acquire::Retries=3 --no-install-recommends $$missing >/dev/null; \
 	fi
 	go mod download
 
 build: $(BIN)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 $(BIN): $(GO_SOURCES)
-	go build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/rbdplugin
+	go build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.librbd=$$(dpkg-query -W -f='$${Version}' librbd-dev)" -o $(BIN) ./cmd/rbdplugin
 
 lint:
 	@bad=$$(gofmt -l cmd internal e2e deploy); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
@@ -86,12 +87,22 @@ fresh:
 clean:
 	rm -rf bin results
 
-# Container image of the plugin (build/Dockerfile). Needs a Docker engine:
-# none runs on the development machine, so this target is not exercised here.
-IMAGE ?= rbdcsi/rbdplugin:$(VERSION)
+# The plugin's image: build/Dockerfile built with buildah (scripts/image.sh),
+# no Docker engine or registry needed, into an OCI archive under dist/ that
+# `ctr images import`, `podman load` or `skopeo copy` take.
+# DEBIAN_SUITE=forky gives Tentacle's Ceph clients.
+DEBIAN_SUITE ?= trixie
+IMAGE ?= docker.io/rbdcsi/rbdplugin:$(VERSION)$(if $(filter-out trixie,$(DEBIAN_SUITE)),-$(DEBIAN_SUITE))
 .PHONY: image
 image:
-	docker build -f build/Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+	scripts/image.sh build $(DEBIAN_SUITE) dist/rbdplugin-$(VERSION)-$(DEBIAN_SUITE).tar $(IMAGE)
+
+# A release in dist/ (scripts/release.sh): both images, the Helm chart, the
+# install manifest rbdcsi.yaml, the site overlay and SHA256SUMS.
+# make release VERSION=v0.3.0
+.PHONY: release
+release:
+	scripts/release.sh $(VERSION)
 
 # Benchmarks (README "Performance"): P1-P7 through the real plugin binary
 # against a throwaway local cluster, every figure a ratio against a

@@ -40,6 +40,13 @@ app.kubernetes.io/component: {{ .component }}
 {{- if .digest -}}{{ .repository }}@{{ .digest }}{{- else -}}{{ .repository }}:{{ .tag }}{{- end -}}
 {{- end -}}
 
+{{/* The plugin's image reference: images.plugin, an empty tag meaning the
+     chart's appVersion (a release's chart runs that release's image). */}}
+{{- define "rbdcsi.pluginImage" -}}
+{{- $img := .Values.images.plugin -}}
+{{- include "rbdcsi.image" (dict "repository" $img.repository "digest" $img.digest "tag" ($img.tag | default .Chart.AppVersion)) -}}
+{{- end -}}
+
 {{/* The node plugin reads its Node object (topology or CRUSH location). */}}
 {{- define "rbdcsi.nodeReadsNode" -}}
 {{- if or .Values.node.domainLabels .Values.node.crushLocationLabels }}true{{ end -}}
