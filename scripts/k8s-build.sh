@@ -8,7 +8,9 @@
 #     k8s.io/kubernetes cannot be `go install`ed: it replaces its staging repos)
 #   - the kubernetes-csi sidecars: csi-provisioner v6.3.0, csi-attacher
 #     v4.13.0, csi-resizer v2.3.0, csi-snapshotter and snapshot-controller
-#     v8.7.0; the VolumeSnapshot CRDs of external-snapshotter's client module
+#     v8.7.0 (all but the provisioner in one Go workspace with Kubernetes,
+#     so what they share compiles once); the VolumeSnapshot CRDs of
+#     external-snapshotter's client module
 #   - crane (go-containerregistry) to pack OCI images
 #   - helm v4.3.1 (helm.sh/helm/v4), for the chart's tests and the Helm e2e
 #   - OCI image tarballs: pause (sandbox), busybox (test pods, Debian's
@@ -85,22 +87,40 @@ moddir() {
 readonly E2E_PACKAGES=(etcd-server containerd runc containernetworking-plugins iptables conntrack
 	debootstrap busybox-static openssl curl binutils)
 
-# --- Kubernetes ---------------------------------------------------------------
+# --- Kubernetes and the sidecars ----------------------------------------------
 
 readonly KUBE_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 
-build_kube() {
-	local key t0 kdir mod=$SRC/kubernetes c outs=()
-	key="kubernetes $KUBE_VERSION $(go env GOVERSION)"
-	for c in "${KUBE_CMDS[@]}"; do outs+=("$BIN/$c"); done
-	if fresh kubernetes "$key" "${outs[@]}"; then
-		log "Kubernetes $KUBE_VERSION: cached"
+# The sidecars built in the workspace below: NAME MODULE VERSION CMD...
+readonly WS_SIDECARS=(
+	"external-attacher github.com/kubernetes-csi/external-attacher/v4 $ATTACHER_VERSION csi-attacher"
+	"external-resizer github.com/kubernetes-csi/external-resizer/v2 $RESIZER_VERSION csi-resizer"
+	"external-snapshotter github.com/kubernetes-csi/external-snapshotter/v8 $SNAPSHOTTER_VERSION csi-snapshotter snapshot-controller"
+)
+
+# workspace: Kubernetes' scratch module (k8s.io/kubernetes cannot be `go
+# install`ed: it replaces its staging repositories) and the sidecars'
+# modules side by side in one Go workspace (go.work), so that they have one
+# build list and the packages they share (k8s.io/api, client-go,
+# apimachinery, grpc, ...) compile once, not once per tool. The staging
+# modules are those of Kubernetes' own release, which the sidecars here were
+# released against or one patch below. The provisioner's release needs
+# client-go v0.36 (its informers do not build with v0.37): it builds in its
+# own module (build_sidecar). Made once per set of versions, under a lock:
+# the background build and a test step may both want it.
+workspace() {
+	local key ws=$SRC/ws kdir spec name mod version lock
+	key="workspace kubernetes $KUBE_VERSION ${WS_SIDECARS[*]} $(go env GOVERSION)"
+	mkdir -p "$CACHE"
+	exec {lock}>"$CACHE/.workspace.lock"
+	flock "$lock"
+	if [[ -f $ws/.key && $(<"$ws/.key") == "$key" ]]; then
+		exec {lock}>&-
 		return
 	fi
-	t0=$(now)
+	rm -rf "$ws"
+	mkdir -p "$ws/kubernetes"
 	kdir=$(moddir "k8s.io/kubernetes@$KUBE_VERSION")
-	rm -rf "$mod"
-	mkdir -p "$mod" "$BIN"
 	{
 		echo "module rbdcsi.local/kubernetes-build"
 		echo
@@ -111,8 +131,8 @@ build_kube() {
 		# Each of k8s.io/kubernetes' ./staging replaces, pointed at the
 		# published staging module of the same release.
 		sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#replace \1 => \1 '"$STAGING_VERSION"'#p' "$kdir/go.mod"
-	} >"$mod/go.mod"
-	(($(grep -c '^replace' "$mod/go.mod") >= 30)) || die "found too few staging replaces in $kdir/go.mod"
+	} >"$ws/kubernetes/go.mod"
+	(($(grep -c '^replace' "$ws/kubernetes/go.mod") >= 30)) || die "found too few staging replaces in $kdir/go.mod"
 	{
 		echo "//go:build tools"
 		echo
@@ -121,26 +141,84 @@ build_kube() {
 		echo "import ("
 		for c in "${KUBE_CMDS[@]}"; do echo "	_ \"k8s.io/kubernetes/cmd/$c\""; done
 		echo ")"
-	} >"$mod/tools.go"
-	(cd "$mod" && go mod tidy) || die "go mod tidy of the Kubernetes scratch module failed"
+	} >"$ws/kubernetes/tools.go"
+	(cd "$ws/kubernetes" && GOWORK=off go mod tidy) || die "go mod tidy of the Kubernetes scratch module failed"
+	{
+		echo "go $(go env GOVERSION | sed 's/^go//')"
+		echo
+		echo "use ./kubernetes"
+		for spec in "${WS_SIDECARS[@]}"; do
+			read -r name mod version _ <<<"$spec"
+			# Out of the module cache (read-only there) into the workspace.
+			cp -r "$(moddir "$mod@$version")" "$ws/$name"
+			chmod -R u+w "$ws/$name"
+			echo "use ./$name"
+		done
+		echo
+		# The staging modules of the release, for every member; and the
+		# snapshotter's client, which its go.mod takes from the repository.
+		grep '^replace' "$ws/kubernetes/go.mod"
+		echo "replace github.com/kubernetes-csi/external-snapshotter/client/v8 => github.com/kubernetes-csi/external-snapshotter/client/v8 $SNAPSHOTTER_VERSION"
+	} >"$ws/go.work"
+	(cd "$ws" && go work sync) || die "go work sync in $ws failed"
+	echo "$key" >"$ws/.key"
+	exec {lock}>&-
+}
+
+# ws_build OUT PKG LDFLAGS: one command of the workspace.
+ws_build() {
+	rm -f "$1.tmp"
+	(cd "$SRC/ws" && go build -ldflags "$3" -o "$1.tmp" "$2") || die "building $2 failed"
+	mv "$1.tmp" "$1"
+}
+
+build_kube() {
+	local key t0 c outs=()
+	key="kubernetes $KUBE_VERSION $(go env GOVERSION) workspace"
+	for c in "${KUBE_CMDS[@]}"; do outs+=("$BIN/$c"); done
+	if fresh kubernetes "$key" "${outs[@]}"; then
+		log "Kubernetes $KUBE_VERSION: cached"
+		return
+	fi
+	t0=$(now)
+	workspace
+	mkdir -p "$BIN"
 	local ver="k8s.io/component-base/version" ld
 	ld="-s -w -X $ver.gitVersion=$KUBE_VERSION -X $ver.gitMajor=1 -X $ver.gitMinor=37 -X $ver.gitTreeState=clean"
 	ld+=" -X $ver.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	ld+=" -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION"
 	for c in "${KUBE_CMDS[@]}"; do
 		log "building $c $KUBE_VERSION"
-		rm -f "$BIN/$c.tmp"
-		(cd "$mod" && go build -ldflags "$ld" -o "$BIN/$c.tmp" "k8s.io/kubernetes/cmd/$c") || die "building $c failed"
-		mv "$BIN/$c.tmp" "$BIN/$c"
+		ws_build "$BIN/$c" "k8s.io/kubernetes/cmd/$c" "$ld"
 	done
 	stamp kubernetes "$key"
 	log "Kubernetes $KUBE_VERSION built in $(($(now) - t0)) s"
 }
 
-# --- sidecars -------------------------------------------------------------------
+# build_ws_sidecar NAME MOD VERSION CMD...: a sidecar of the workspace.
+build_ws_sidecar() {
+	local name=$1 mod=$2 version=$3 key t0 c outs=()
+	shift 3
+	key="$mod@$version $(go env GOVERSION) workspace"
+	for c in "$@"; do outs+=("$BIN/$c"); done
+	if fresh "$name" "$key" "${outs[@]}"; then
+		log "$name $version: cached"
+		return
+	fi
+	t0=$(now)
+	workspace
+	mkdir -p "$BIN"
+	for c in "$@"; do
+		log "building $c $version"
+		ws_build "$BIN/$c" "$mod/cmd/$c" "-s -w -X main.version=$version"
+	done
+	stamp "$name" "$key"
+	log "$name $version built in $(($(now) - t0)) s"
+}
 
-# build_sidecar NAME MOD VERSION CMD...: copy the module out of the module
-# cache (its replace directives rule out `go install`) and build its cmds.
+# build_sidecar NAME MOD VERSION CMD...: a sidecar in a module of its own:
+# copy the module out of the module cache (its replace directives rule out
+# `go install`) and build its cmds.
 build_sidecar() {
 	local name=$1 mod=$2 version=$3 t0 dir c outs=() ld
 	shift 3
@@ -155,16 +233,11 @@ build_sidecar() {
 	mkdir -p "$SRC" "$BIN"
 	cp -r "$(moddir "$mod@$version")" "$dir"
 	chmod -R u+w "$dir"
-	if [[ $name == external-snapshotter ]]; then
-		# Its ./client replace points into the repository, not the module:
-		# use the published client module of the same release.
-		(cd "$dir" && go mod edit -replace "github.com/kubernetes-csi/external-snapshotter/client/v8=github.com/kubernetes-csi/external-snapshotter/client/v8@$version")
-	fi
 	ld="-s -w -X main.version=$version"
 	for c in "$@"; do
 		log "building $c $version"
 		rm -f "$BIN/$c.tmp"
-		(cd "$dir" && go build -mod=mod -ldflags "$ld" -o "$BIN/$c.tmp" "./cmd/$c") || die "building $c failed"
+		(cd "$dir" && GOWORK=off go build -mod=mod -ldflags "$ld" -o "$BIN/$c.tmp" "./cmd/$c") || die "building $c failed"
 		mv "$BIN/$c.tmp" "$BIN/$c"
 	done
 	rm -rf "$dir"
@@ -173,10 +246,13 @@ build_sidecar() {
 }
 
 build_sidecars() {
+	local spec name mod version cmds
 	build_sidecar external-provisioner github.com/kubernetes-csi/external-provisioner/v6 "$PROVISIONER_VERSION" csi-provisioner
-	build_sidecar external-attacher github.com/kubernetes-csi/external-attacher/v4 "$ATTACHER_VERSION" csi-attacher
-	build_sidecar external-resizer github.com/kubernetes-csi/external-resizer/v2 "$RESIZER_VERSION" csi-resizer
-	build_sidecar external-snapshotter github.com/kubernetes-csi/external-snapshotter/v8 "$SNAPSHOTTER_VERSION" csi-snapshotter snapshot-controller
+	for spec in "${WS_SIDECARS[@]}"; do
+		read -r name mod version cmds <<<"$spec"
+		# shellcheck disable=SC2086 # cmds is a list of words
+		build_ws_sidecar "$name" "$mod" "$version" $cmds
+	done
 	# The VolumeSnapshot CRDs (and their kustomization) from the client module.
 	local crd
 	crd=$(moddir "github.com/kubernetes-csi/external-snapshotter/client/v8@$SNAPSHOTTER_VERSION")/config/crd
