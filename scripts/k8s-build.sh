@@ -13,24 +13,17 @@
 #     external-snapshotter's client module
 #   - crane (go-containerregistry) to pack OCI images
 #   - helm v4.3.1 (helm.sh/helm/v4), for the chart's tests and the Helm e2e
-#   - OCI image tarballs: pause (sandbox), busybox (test pods, Debian's
-#     busybox-static), one per sidecar (static binary, no base), and the
-#     plugin (Debian trixie's root with build/Dockerfile's runtime packages,
-#     scripts/rootfs.sh runtime, plus the plugin built against its librbd)
+#   - OCI image tarballs that the node imports at boot: pause (sandbox),
+#     busybox (test pods, Debian's busybox-static), one per sidecar (static
+#     binary, no base). Not the plugin's: the e2e runs the images of a
+#     release it makes (scripts/release.sh: build/Dockerfile, both suites).
 #
-#   k8s-build.sh [all|cache|deps|kube|sidecars|tools|helm|images|plugin-image [SUITE]]   (default: all;
-#                cache: all but the plugin image, which needs this commit's plugin)
-#
-# plugin-image SUITE builds the plugin image of another Debian suite (forky:
-# Tentacle's librbd, for the e2e's group snapshot pass), tagged
-# localhost/rbdcsi-e2e/rbdplugin:e2e-SUITE, into
-# $RBDCSI_E2E_CACHE/plugin-images/rbdplugin-SUITE.tar (outside images/, which
-# the node imports whole at boot); its root is the one rootfs.sh caches for the
-# Ceph matrix.
+#   k8s-build.sh [all|cache|deps|kube|sidecars|tools|helm|images]   (default: all;
+#                cache is all: nothing here depends on the commit)
 #
 # Everything lands in $RBDCSI_E2E_CACHE (default /var/cache/rbdcsi-e2e),
-# outside the repository; a second run only rebuilds the plugin image. Each
-# artefact has a stamp recording what it was built from.
+# outside the repository; a second run finds it all cached. Each artefact
+# has a stamp recording what it was built from.
 set -euo pipefail
 
 readonly PROG=${0##*/}
@@ -48,10 +41,15 @@ readonly RESIZER_VERSION=v2.3.0
 readonly SNAPSHOTTER_VERSION=v8.7.0
 readonly CRANE_VERSION=v0.22.1
 readonly HELM_VERSION=v4.3.1
-# Image references the e2e overlay (deploy/e2e) and the test pods use. Local
-# only: pods run them with imagePullPolicy Never.
+# Image references. The sidecars and busybox carry the names deploy/,
+# the chart, deploy/examples and docs/install.md use, so that what a user
+# applies runs here unchanged (imagePullPolicy IfNotPresent finds them
+# imported): each sidecar is built from that release's source; busybox is
+# Debian's busybox-static, all the examples' and the guide's pods need
+# (sh, sleep, cat, grep, sync). The sandbox image is containerd's own
+# setting (scripts/k8s-node-files.sh).
 readonly PAUSE_IMAGE=localhost/rbdcsi-e2e/pause:3.10
-readonly BUSYBOX_IMAGE=localhost/rbdcsi-e2e/busybox:1.35
+readonly BUSYBOX_IMAGE=registry.k8s.io/e2e-test-images/busybox:1.36.1-1
 
 # The Go builds here are not the plugin's: no pacific tag, static binaries.
 export GOFLAGS="-buildvcs=false -trimpath" CGO_ENABLED=0 GOTOOLCHAIN=local
@@ -82,10 +80,10 @@ moddir() {
 # --- host packages ---------------------------------------------------------------
 
 # What the node needs beyond `make deps`: etcd, containerd + runc, CNI
-# plugins, iptables/conntrack (kube-proxy), debootstrap (the plugin image's
-# rootfs), busybox-static (the test pods' image), openssl and curl.
+# plugins, iptables/conntrack (kube-proxy), busybox-static (the test pods'
+# image), openssl and curl, binutils (strip).
 readonly E2E_PACKAGES=(etcd-server containerd runc containernetworking-plugins iptables conntrack
-	debootstrap busybox-static openssl curl binutils)
+	busybox-static openssl curl binutils)
 
 # --- Kubernetes and the sidecars ----------------------------------------------
 
@@ -332,7 +330,7 @@ stop_registry() {
 
 # pack_image REF OUT.tar ENTRYPOINT ENV LAYER.tar...: an image of the given
 # layers (no base), for linux/amd64, saved as a tarball named REF that
-# `ctr images import` reads. PACK_USER, if set, is the image's user.
+# `ctr images import` reads.
 pack_image() {
 	local ref=$1 out=$2 ep=$3 env=$4 tmp args=()
 	shift 4
@@ -343,7 +341,6 @@ pack_image() {
 		die "crane append for $ref failed: $(tail -n 3 "$CACHE/tmp/registry.log")"
 	args=(--set-platform linux/amd64 --entrypoint "$ep")
 	[[ -z $env ]] || args+=(--env "$env")
-	[[ -z ${PACK_USER:-} ]] || args+=(--user "$PACK_USER")
 	crane mutate "${args[@]}" --tag "$ref" --output "$out.tmp" "$tmp" >/dev/null 2>>"$CACHE/tmp/registry.log" ||
 		die "crane mutate for $ref failed: $(tail -n 3 "$CACHE/tmp/registry.log")"
 	mv "$out.tmp" "$out"
@@ -374,9 +371,13 @@ build_static_images() {
 	mkdir -p "$IMAGES"
 	static_image pause "$PAUSE_IMAGE" "$BIN/pause"
 	# (snapshot-controller runs as a plain process, like the control plane.)
-	for c in csi-provisioner csi-attacher csi-resizer csi-snapshotter; do
-		static_image "$c" "localhost/rbdcsi-e2e/$c:e2e" "$BIN/$c"
-	done
+	static_image csi-provisioner "registry.k8s.io/sig-storage/csi-provisioner:$PROVISIONER_VERSION" "$BIN/csi-provisioner"
+	static_image csi-attacher "registry.k8s.io/sig-storage/csi-attacher:$ATTACHER_VERSION" "$BIN/csi-attacher"
+	static_image csi-resizer "registry.k8s.io/sig-storage/csi-resizer:$RESIZER_VERSION" "$BIN/csi-resizer"
+	static_image csi-snapshotter "registry.k8s.io/sig-storage/csi-snapshotter:$SNAPSHOTTER_VERSION" "$BIN/csi-snapshotter"
+	# The plugin image an earlier version of this script made here: the
+	# node imports every archive of this directory.
+	rm -f "$IMAGES/rbdplugin.tar"
 	# busybox for test pods: Debian's busybox-static with its applet links.
 	[[ -x /bin/busybox ]] || die "busybox-static is not installed"
 	key="$BUSYBOX_IMAGE $(sha256sum /bin/busybox | cut -c1-16)"
@@ -393,63 +394,6 @@ build_static_images() {
 	fi
 }
 
-# The plugin image is the one users get (build/Dockerfile): Debian
-# $PLUGIN_SUITE's runtime root with build/Dockerfile's runtime packages
-# (scripts/rootfs.sh runtime, shared with the Ceph matrix), and the plugin
-# built against that suite's librbd (scripts/suite.sh build).
-# The default suite's image is $IMAGES/rbdplugin.tar, tagged :e2e; another
-# suite's (plugin-image SUITE) gets names of its own, so both stay cached.
-PLUGIN_SUITE=${RBDCSI_PLUGIN_SUITE:-trixie}
-PLUGIN_IMAGE=localhost/rbdcsi-e2e/rbdplugin:e2e
-PLUGIN_TAR=$IMAGES/rbdplugin.tar
-PLUGIN_SFX=""
-plugin_suite() {
-	PLUGIN_SUITE=$1
-	[[ $PLUGIN_SUITE =~ ^[a-z]+$ ]] || die "bad suite name: $PLUGIN_SUITE"
-	[[ $PLUGIN_SUITE != trixie ]] || return 0
-	PLUGIN_SFX=-$PLUGIN_SUITE
-	PLUGIN_IMAGE=localhost/rbdcsi-e2e/rbdplugin:e2e$PLUGIN_SFX
-	PLUGIN_TAR=$CACHE/plugin-images/rbdplugin$PLUGIN_SFX.tar
-}
-
-build_rootfs() {
-	"$ROOT/scripts/rootfs.sh" runtime "$PLUGIN_SUITE" >/dev/null
-}
-
-build_plugin_image() {
-	local key dir rootfs rootkey user bin=$CACHE/plugin-$PLUGIN_SUITE
-	rootfs=$("$ROOT/scripts/rootfs.sh" runtime "$PLUGIN_SUITE")
-	rootkey=$(head -1 "$rootfs/.rootfs-complete")
-	local blog=$CACHE/plugin-build$PLUGIN_SFX.log layer=$CACHE/rootfs-layer$PLUGIN_SFX.tar.gz
-	"$ROOT/scripts/suite.sh" build "$PLUGIN_SUITE" "$bin" >"$blog" 2>&1 ||
-		die "building the plugin on $PLUGIN_SUITE failed: $(tail -5 "$blog")"
-	log "plugin built on $PLUGIN_SUITE: $(head -1 "$blog")"
-	# The image's user is build/Dockerfile's, so the e2e meets what users run.
-	user=$(awk '$1 == "USER" { u = $2 } END { print u }' "$ROOT/build/Dockerfile")
-	[[ -n $user ]] || die "build/Dockerfile names no USER"
-	key="$PLUGIN_IMAGE $(sha256sum "$bin/rbdplugin" | cut -c1-16) $rootkey user=$user"
-	fresh "image-rbdplugin$PLUGIN_SFX" "$key" "$PLUGIN_TAR" && return
-	mkdir -p "$(dirname "$PLUGIN_TAR")"
-	# Two layers: the Debian root (compressed once, cached: crane takes a
-	# gzipped layer as is), slimmed like a container image, then the binary.
-	if ! fresh "rootfs-layer$PLUGIN_SFX" "$rootkey" "$layer"; then
-		tar --numeric-owner -C "$rootfs" --exclude=./usr/share/doc --exclude=./usr/share/man --exclude=./usr/share/locale \
-			--exclude='./var/lib/apt/lists/*' --exclude='./var/cache/apt/*' --exclude='./var/log/*' --exclude=./.rootfs-complete \
-			-cf - . | gzip -6 >"$layer.tmp"
-		mv "$layer.tmp" "$layer"
-		stamp "rootfs-layer$PLUGIN_SFX" "$rootkey"
-	fi
-	dir=$(mktemp -d)
-	install -D -m 0755 "$bin/rbdplugin" "$dir/usr/local/bin/rbdplugin"
-	tar --numeric-owner --owner=0 --group=0 -C "$dir" -cf "$dir.bin.tar" .
-	PACK_USER=$user pack_image "$PLUGIN_IMAGE" "$PLUGIN_TAR" /usr/local/bin/rbdplugin \
-		PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-		"$layer" "$dir.bin.tar"
-	rm -rf "$dir" "$dir.bin.tar"
-	stamp "image-rbdplugin$PLUGIN_SFX" "$key"
-	log "plugin image ($PLUGIN_SUITE): $PLUGIN_TAR"
-}
-
 main() {
 	local what=${1:-all} t0
 	t0=$(now)
@@ -462,33 +406,18 @@ main() {
 	images)
 		build_tools
 		build_static_images
-		build_plugin_image
 		;;
-	plugin-image)
-		[[ -z ${2:-} ]] || plugin_suite "$2"
-		build_tools && build_plugin_image
-		;;
-	cache)
-		# Everything that does not depend on this commit's plugin binary:
+	all | cache)
 		# CI runs it in the background while the tests run.
 		need_packages "${E2E_PACKAGES[@]}"
 		build_tools
 		build_kube
 		build_sidecars
 		build_static_images
-		build_rootfs
 		;;
 	deps) need_packages "${E2E_PACKAGES[@]}" ;;
-	all)
-		need_packages "${E2E_PACKAGES[@]}"
-		build_tools
-		build_kube
-		build_sidecars
-		build_static_images
-		build_plugin_image
-		;;
 	*)
-		echo "usage: $PROG [all|cache|deps|kube|sidecars|tools|helm|images|plugin-image [SUITE]]" >&2
+		echo "usage: $PROG [all|cache|deps|kube|sidecars|tools|helm|images]" >&2
 		exit 2
 		;;
 	esac
