@@ -90,8 +90,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
 EOF
-	# A bridge without gateway or masquerading: pods have an address but no
-	# route off the bridge.
+	# The bridge k8s-node.sh made, without masquerading: pods have an
+	# address and one route, to the node's /24 through the host's address
+	# on the bridge (no default route).
 	cat >"$DIR/cni/net.d/10-rbdcsi-e2e.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
@@ -106,7 +107,8 @@ EOF
       "ipam": {
         "type": "host-local",
         "dataDir": "$DIR/cni/ipam",
-        "ranges": [[{"subnet": "$POD_CIDR"}]]
+        "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$POD_GW"}]],
+        "routes": [{"dst": "$NET24.0/24"}]
       }
     },
     {"type": "loopback"}

@@ -17,8 +17,12 @@
 # bridge where the kernel has no dummy driver); the apiserver listens on that
 # address, and the Service range is inside the same /24, so a Service address
 # without kube-proxy's rules goes to that interface (which has nowhere to send
-# it), never to a default route. Pods get addresses on a CNI bridge
-# with no gateway and no masquerading.
+# it), never to a default route. Pods get addresses on a bridge this
+# script creates ($E2E_POD_BRIDGE, the host's address .1 of $E2E_POD_CIDR),
+# no masquerading, no default route and no forwarding: their one route
+# leads to the node's /24, whose only address in use is the node's own,
+# so a pod reaches the apiserver (its Service), kubelet and what a test
+# binds to the node's address (its Ceph cluster), and nothing else.
 #
 # Host changes, all undone by `down`: the node's interface; /var/lib/kubelet
 # (kubelet's default root, which the manifests name), bind-mounted onto
@@ -36,6 +40,8 @@ readonly NODE_IP=${E2E_NODE_IP:-198.18.77.1}
 readonly NET24=${NODE_IP%.*}
 readonly SERVICE_CIDR=$NET24.128/25 SERVICE_IP=$NET24.129
 readonly POD_CIDR=${E2E_POD_CIDR:-198.18.76.0/24}
+POD_GW=${POD_CIDR%/*}
+readonly POD_GW=${POD_GW%.*}.1
 readonly POD_BRIDGE=${E2E_POD_BRIDGE:-rbdcsie2ebr0}
 readonly ETCD_PORT=${E2E_ETCD_PORT:-23790} ETCD_PEER_PORT=${E2E_ETCD_PEER_PORT:-23800}
 readonly APISERVER_PORT=${E2E_APISERVER_PORT:-6443}
@@ -141,6 +147,16 @@ setup_network() {
 	echo "$IFACE" >"$DIR/state/iface"
 	ip addr add "$NODE_IP/24" dev "$IFACE"
 	ip link set "$IFACE" up
+	# The pods' bridge, with the host's address on it: the pods' route to
+	# the node's /24 goes through it (the CNI bridge plugin uses a bridge
+	# that exists, and adds no address of its own: isGateway false).
+	if ip link show "$POD_BRIDGE" >/dev/null 2>&1; then
+		die "interface $POD_BRIDGE already exists (another run? \`$PROG down\` its directory)"
+	fi
+	ip link add "$POD_BRIDGE" type bridge || die "cannot create bridge $POD_BRIDGE"
+	touch "$DIR/state/pod-bridge"
+	ip addr add "$POD_GW/${POD_CIDR#*/}" dev "$POD_BRIDGE"
+	ip link set "$POD_BRIDGE" up
 }
 
 save_host_state() {
@@ -401,7 +417,7 @@ cmd_down() {
 	if [[ -f $DIR/state/remove-var-log-containers && -d /var/log/containers ]]; then
 		rm -rf /var/log/containers
 	fi
-	ip link del "$POD_BRIDGE" >/dev/null 2>&1 || true
+	if [[ -f $DIR/state/pod-bridge ]]; then ip link del "$POD_BRIDGE" >/dev/null 2>&1 || true; fi
 	if [[ -f $DIR/state/iface ]]; then ip link del "$(<"$DIR/state/iface")" >/dev/null 2>&1 || true; fi
 	if [[ -f $DIR/state/iptables.before ]]; then
 		# Rules only: iptables-nft leaves the (empty) tables it made.
