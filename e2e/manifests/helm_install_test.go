@@ -181,37 +181,44 @@ func TestHelmMinimalServesTheExamples(t *testing.T) {
 	}
 }
 
-// TestHelmE2EValues renders the e2e's Helm install as scripts/k8s-e2e.sh
-// runs it: deploy/e2e/helm-values.yaml and the local values the script
-// writes (the cluster map, the node user's key). The node namespace and
-// the node user's Secret are the chart's, the provisioner's Secret is made
-// by the script, and the images are the local ones.
+// TestHelmE2EValues renders the e2e's Helm install as make e2e runs
+// docs/install.md's Helm path: the values the guide writes, then
+// deploy/e2e/helm-values.yaml (the guide's HELM_VALUES). The namespaces
+// and Secrets are the guide's, made before; no image or pull policy
+// changes (the e2e imports the images under the chart's names); the
+// machine's flags are there.
 func TestHelmE2EValues(t *testing.T) {
-	local := writeValues(t, `clusters:
+	guide := writeValues(t, `clusters:
   - clusterID: ceph1
-    monitors: ["v2:127.0.0.1:3300"]
-secrets:
-  node:
-    userID: rbdcsi-node
-    userKey: AQBnodenodenodenodenodenodenodenodenode==`)
-	r := renderValues(t, filepath.Join(e2eDir, "helm-values.yaml"), local)
-	keys := r.keys()
-	for _, want := range []string{"Namespace /rbdcsi-node", "Secret rbdcsi-node/rbdcsi-node-secret"} {
-		if !keys[want] {
-			t.Errorf("the e2e's install does not make %s", want)
+    monitors: ["v2:198.18.77.1:3300"]
+pool: rbd
+images:
+  plugin: {repository: docker.io/rbdcsi/rbdplugin, tag: v0.0.0-e2e.test}`)
+	plain := renderValues(t, guide)
+	r := renderValues(t, guide, filepath.Join(e2eDir, "helm-values.yaml"))
+	for key := range r.keys() {
+		if strings.HasPrefix(key, "Namespace ") || strings.HasPrefix(key, "Secret ") {
+			t.Errorf("the e2e's install makes %s, which the guide makes before it", key)
 		}
 	}
-	if keys["Secret rbdcsi/rbdcsi-secret"] {
-		t.Error("the e2e's install makes Secret rbdcsi/rbdcsi-secret, which the script makes before it")
+	shipped := map[string]corev1.Container{}
+	for _, w := range workloads(plain.manifests) {
+		for _, c := range w.spec.Containers {
+			shipped[w.name+"/"+c.Name] = c
+		}
 	}
 	for _, w := range workloads(r.manifests) {
 		for _, c := range w.spec.Containers {
-			if !strings.HasPrefix(c.Image, "localhost/rbdcsi-e2e/") || c.ImagePullPolicy != corev1.PullNever {
-				t.Errorf("%s/%s: image %s (pull %s), want a local one, never pulled", w.name, c.Name, c.Image, c.ImagePullPolicy)
+			want, ok := shipped[w.name+"/"+c.Name]
+			if !ok || c.Image != want.Image || c.ImagePullPolicy != want.ImagePullPolicy {
+				t.Errorf("%s/%s: image %s (pull %s), want the chart's %s (pull %s)", w.name, c.Name, c.Image, c.ImagePullPolicy, want.Image, want.ImagePullPolicy)
 			}
 		}
 		if got := mustFlags(t, pluginContainer(t, w.spec))["node-registry"]; got != "ceph1/rbd" {
 			t.Errorf("%s: --node-registry=%s, want ceph1/rbd", w.name, got)
 		}
 	}
+	checkPluginArgs(t, "the e2e's Helm install: the node plugin", nodePlugin(t, r.manifests),
+		"--domain-labels=topology.kubernetes.io/zone", "--default-mounter=fuse", "--registration-dir=/registration")
+	checkPluginArgs(t, "the e2e's Helm install: the controller plugin", controllerPlugin(t, r.manifests), "--health-address=:9808")
 }

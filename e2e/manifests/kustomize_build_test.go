@@ -73,15 +73,15 @@ func checkPluginArgs(t *testing.T, what string, c corev1.Container, want ...stri
 // deploy/snapshotclass exactly the objects of their files; deploy/site
 // the base and the objects it generates from its files; the topology
 // component the base and its RBAC, with the flag and the token on the node
-// plugin; the e2e overlay what an install applies (site and snapshot
-// class) with the topology component, local images, the site's users and
-// the e2e flags; its groupsnap component the forky plugin image.
+// plugin; the site with the e2e component (and topology, as make e2e adds
+// them through docs/install.md) the site's objects, images and users with
+// the e2e flags.
 func TestKustomizeBuild(t *testing.T) {
 	loaded := loadAll(t)
 	baseFiles, snapFiles := loaded.inDir(kubernetesDir).keys(), loaded.inDir(snapshotDir).keys()
 
 	// Every kustomization under deploy/ is one of those rendered here.
-	rendered := []string{kubernetesDir, topologyDir, siteDir, snapshotDir, e2eDir, groupsnapDir}
+	rendered := []string{kubernetesDir, topologyDir, siteDir, snapshotDir, e2eDir}
 	var shipped []string
 	for _, f := range yamlFiles(t, ".") {
 		if isKustomization(f) {
@@ -113,31 +113,31 @@ func TestKustomizeBuild(t *testing.T) {
 		t.Error("with deploy/topology: the node plugin gets no token to read its Node with")
 	}
 
-	e2e := kustomizeBuild(t, fsys, "/deploy/e2e")
-	sameKeys(t, "kustomize build deploy/e2e", e2e.keys(), union(site, snapFiles, topologyObjects(t)))
-	checkE2E(t, e2e, "e2e")
+	e2e := kustomizeBuild(t, fsys, "/deploy/e2e-site")
+	sameKeys(t, "deploy/site with deploy/topology and deploy/e2e", e2e.keys(), union(site, topologyObjects(t)))
+	checkE2E(t, e2e, withTopology)
 	checkPluginArgs(t, "deploy/e2e: the node plugin", nodePlugin(t, e2e),
 		"--domain-labels=topology.kubernetes.io/zone", "--default-mounter=fuse", "--registration-dir=/registration")
 	checkPluginArgs(t, "deploy/e2e: the controller plugin", controllerPlugin(t, e2e), "--health-address=:9808")
-
-	groupsnap := kustomizeBuild(t, fsys, "/deploy/e2e-groupsnap")
-	sameKeys(t, "deploy/e2e with deploy/e2e/groupsnap", groupsnap.keys(), union(site, snapFiles, topologyObjects(t)))
-	checkE2E(t, groupsnap, "e2e-forky")
 }
 
-// checkE2E: the e2e overlay's images are the locally built ones, never
-// pulled (the plugin's tagged pluginTag), and its Secrets hold the users
-// of deploy/site's user files, which scripts/k8s-e2e.sh writes there.
-func checkE2E(t *testing.T, m *manifests, pluginTag string) {
+// checkE2E: the e2e component changes no image and no pull policy (the
+// e2e imports the release's images and the sidecars under the names the
+// manifests use), so each container that stays runs what it runs in ref;
+// and the Secrets hold the users of deploy/site's user files.
+func checkE2E(t *testing.T, m, ref *manifests) {
 	t.Helper()
+	images := map[string]corev1.Container{}
+	for _, w := range workloads(ref) {
+		for _, c := range w.spec.Containers {
+			images[w.name+"/"+c.Name] = c
+		}
+	}
 	for _, w := range workloads(m) {
 		for _, c := range append(slices.Clone(w.spec.InitContainers), w.spec.Containers...) {
-			want := "localhost/rbdcsi-e2e/" + c.Name + ":e2e"
-			if c.Name == "rbdplugin" {
-				want = "localhost/rbdcsi-e2e/rbdplugin:" + pluginTag
-			}
-			if c.Image != want || c.ImagePullPolicy != corev1.PullNever {
-				t.Errorf("e2e container %s: image %s (pull %s), want %s, never pulled", c.Name, c.Image, c.ImagePullPolicy, want)
+			want, ok := images[w.name+"/"+c.Name]
+			if !ok || c.Image != want.Image || c.ImagePullPolicy != want.ImagePullPolicy {
+				t.Errorf("e2e container %s/%s: image %s (pull %s), want the shipped %s (pull %s)", w.name, c.Name, c.Image, c.ImagePullPolicy, want.Image, want.ImagePullPolicy)
 			}
 		}
 	}

@@ -20,7 +20,6 @@ const (
 	siteDir       = "site"
 	snapshotDir   = "snapshotclass"
 	e2eDir        = "e2e"
-	groupsnapDir  = "e2e/groupsnap"
 	siteUserValue = "helm/values/site.yaml"
 	originKey     = "config.kubernetes.io/origin"
 )
@@ -61,8 +60,8 @@ func siteUserFiles(t *testing.T) map[string]string {
 // kustomizations) with deploy/site filled in as a user fills it in: its
 // user files written, and the files in site (name -> content) replacing
 // the shipped ones. Beside them, the kustomizations users and scripts
-// write: the base with the topology component, the e2e overlay with its
-// groupsnap component (as scripts/k8s-e2e.sh writes it), and "installed":
+// write: the base with the topology component, the site with the topology
+// and e2e components (as make e2e runs docs/install.md), and "installed":
 // what an install applies (deploy/site, then deploy/snapshotclass), with
 // kustomize's origin annotations, which name each object's file.
 func deployFS(t *testing.T, site map[string]string) filesys.FileSystem {
@@ -94,7 +93,7 @@ func deployFS(t *testing.T, site map[string]string) filesys.FileSystem {
 	}
 	for dir, k := range map[string]string{
 		"/deploy/with-topology": "resources: [../kubernetes]\ncomponents: [../topology]\n",
-		"/deploy/e2e-groupsnap": "resources: [../e2e]\ncomponents: [../e2e/groupsnap]\n",
+		"/deploy/e2e-site":      "resources: [../site]\ncomponents: [../topology, ../e2e]\n",
 		"/deploy/installed":     "resources: [../site, ../snapshotclass]\nbuildMetadata: [originAnnotations]\n",
 	} {
 		doc := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n" + k
