@@ -14,12 +14,13 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 )
 
-// TestDriverDeployed: what `kubectl apply -k deploy/e2e` (or the Helm
-// install with deploy/e2e/helm-values.yaml) brought up works
-// without the node-driver-registrar and livenessprobe sidecars: the node
-// plugin registered itself with kubelet (the CSINode lists the driver with
-// the node's ID), and the built-in /healthz of both plugins answers, as the
-// pods' liveness probes see it.
+// TestDriverDeployed: what the guide installed (with deploy/e2e's
+// component or Helm values) works without the node-driver-registrar and
+// livenessprobe sidecars: the node plugin registered itself with kubelet
+// (the CSINode lists the driver with the node's ID), and the built-in
+// /healthz of both plugins answers, as the pods' liveness probes see it.
+// The controller runs as shipped: in the pod network, in a namespace that
+// enforces the "restricted" Pod Security level.
 func TestDriverDeployed(t *testing.T) {
 	e := loadEnv(t)
 	k := &kube{t: t, e: e}
@@ -44,12 +45,24 @@ func TestDriverDeployed(t *testing.T) {
 		t.Errorf("registration socket: %v", err)
 	}
 
-	// The plugins run in the host network, and each is asked where its
-	// liveness probe asks: the controller on its pod's (the node's)
-	// address, the node plugin on the host's loopback.
-	nodeIP := os.Getenv("E2E_NODE_IP")
+	// Each plugin is asked where its liveness probe asks: the controller
+	// on its pod's address, the node plugin (in the host network) on the
+	// host's loopback.
+	var ns corev1.Namespace
+	if !k.get(&ns, "namespace", "rbdcsi") || ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Errorf("namespace rbdcsi enforces %q, want restricted", ns.Labels["pod-security.kubernetes.io/enforce"])
+	}
+	controllerIP := ""
+	for _, p := range driverPods(t, k) {
+		if p.Labels["app.kubernetes.io/component"] == "controller" {
+			if p.Spec.HostNetwork {
+				t.Errorf("controller pod %s runs in the host network", p.Name)
+			}
+			controllerIP = p.Status.PodIP
+		}
+	}
 	client := &http.Client{Timeout: 10 * time.Second}
-	for what, addr := range map[string]string{"controller": nodeIP + ":9808", "node": "127.0.0.1:9818"} {
+	for what, addr := range map[string]string{"controller": controllerIP + ":9808", "node": "127.0.0.1:9818"} {
 		resp, err := client.Get("http://" + addr + "/healthz")
 		if err != nil {
 			t.Errorf("%s /healthz: %v", what, err)

@@ -1,8 +1,9 @@
 //go:build e2e_k8s
 
 // Package k8s holds the end-to-end scenarios on a real Kubernetes: the
-// driver deployed with `kubectl apply -k deploy/e2e`, exercised through the
-// Kubernetes API (kubectl) and inside pods, checked against Ceph.
+// driver installed from a release as docs/install.md says (its first test
+// runs the guide), exercised through the Kubernetes API (kubectl) and
+// inside pods, checked against Ceph.
 //
 // scripts/k8s-e2e.sh (`make e2e`) boots everything and runs them; on their
 // own (RBDCSI_E2E_K8S unset, as in `make integration`) they skip.
@@ -26,7 +27,7 @@ import (
 
 const (
 	driverName   = "rbd.csi.rbdcsi.dev"
-	busybox      = "localhost/rbdcsi-e2e/busybox:1.35"
+	busybox      = "registry.k8s.io/e2e-test-images/busybox:1.36.1-1" // as the examples and the guide name it
 	pool         = "rbd"
 	shortWait    = 2 * time.Minute
 	volumeWait   = 4 * time.Minute

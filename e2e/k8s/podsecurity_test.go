@@ -13,15 +13,15 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// baseManifests is deploy/kubernetes as users apply it, not the e2e
-// overlay (which puts the controller in the host network).
+// baseManifests is deploy/kubernetes as users apply it, without the site
+// and the e2e's component.
 const baseManifests = "../../deploy/kubernetes"
 
 // TestControllerAdmittedUnderRestricted: the API server's own Pod Security
 // admission admits the shipped controller pod in a namespace that enforces
-// "restricted", and refuses the node plugin's pod there. The e2e overlay
-// must relabel namespace rbdcsi (see deploy/e2e/kustomization.yaml), so
-// this dry run is where the shipped controller meets the real admission.
+// "restricted", and refuses the node plugin's pod there: a dry run of the
+// base's own pods, beside the controller that the guide's install runs in
+// such a namespace (TestDriverDeployed).
 func TestControllerAdmittedUnderRestricted(t *testing.T) {
 	k := newKube(t, "podsecurity")
 	k.must("label", "namespace", k.ns, "pod-security.kubernetes.io/enforce=restricted")
