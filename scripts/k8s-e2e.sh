@@ -1,19 +1,30 @@
 #!/usr/bin/env bash
 # k8s-e2e.sh: the end-to-end test on a real Kubernetes on this machine
-# (`make e2e`). Builds or reuses Kubernetes, the sidecars and the images
-# (scripts/k8s-build.sh), boots a throwaway Ceph cluster
-# (scripts/ceph-cluster.sh) and a single-node Kubernetes
-# (scripts/k8s-node.sh), `kubectl apply -k` the deploy/e2e overlay of
-# deploy/kubernetes, runs the scenarios of e2e/k8s, then removes the driver
-# and installs it again with `helm install` (deploy/helm/rbdcsi) for the
-# Helm pass: the volume scenarios, an upgrade and a rollback under a mounted
-# volume, and an uninstall that leaves nothing. Last, the group snapshot
-# pass: a Tentacle cluster in a chroot of forky's cached root
-# (scripts/suite.sh cluster) and the plugin image built on forky
-# (scripts/k8s-build.sh plugin-image forky: Tentacle's librbd, the one that
-# serves VolumeGroupSnapshots), deployed with deploy/e2e plus its groupsnap
-# component, for TestGroupSnapshotRestoresEachMember and the cleanup check.
-# It always tears everything down, also on failure or interrupt.
+# (`make e2e`), installing a release as a user does. Builds or reuses
+# Kubernetes, the sidecars and their images (scripts/k8s-build.sh), makes a
+# release of this checkout (scripts/release.sh, version
+# v0.0.0-e2e-<commit>: both plugin images from build/Dockerfile, the chart
+# package, the site tarball) and imports its image archives into the node's
+# containerd, boots a single-node Kubernetes (scripts/k8s-node.sh) and a
+# throwaway Ceph cluster on the node's address (scripts/ceph-cluster.sh),
+# then runs three passes:
+#
+#   kustomize  docs/install.md's kustomize path, run as written
+#              (TestAAInstallGuide), the scenarios of e2e/k8s on that
+#              install, then the guide's uninstall (TestZZZUninstallLeavesNothing)
+#   helm       the guide's Helm path (the release's chart package), the
+#              examples, an upgrade and a rollback under a mounted volume,
+#              the guide's uninstall
+#   groupsnap  a Tentacle cluster in a chroot of forky's cached root
+#              (scripts/suite.sh cluster), the guide's kustomize path with
+#              the release's -forky image (Tentacle's librbd, which serves
+#              VolumeGroupSnapshots), the group snapshot scenarios
+#
+# The guide's values (its step 1) are this run's: the release directory,
+# the cluster's monitors, and its two options pointed at what this machine
+# forces (deploy/e2e: a kustomize component and a Helm values file; its
+# comments say what and why). It always tears everything down, also on
+# failure or interrupt.
 #
 #   scripts/k8s-e2e.sh [go test flags, e.g. -run TestSnapshot]
 #
@@ -21,12 +32,12 @@
 # pass runs only if the ones before passed. Each pass runs the tests its
 # section of scripts/k8s-e2e.tests lists and is held to that list; go test
 # flags given replace the lists in every pass (and the run is then reported,
-# not judged by them).
+# not judged by them; give -run '^TestAAInstallGuide$|...' to install).
 #
-# Environment: RBDCSI_E2E_CACHE (build cache, default /var/cache/rbdcsi-e2e),
-# E2E_ARTIFACTS (where logs go on failure, default /tmp/rbdcsi-e2e-artifacts),
-# E2E_KEEP=1 (leave everything up after the tests, for a look; then run
-# `scripts/k8s-e2e.sh down WORKDIR`).
+# Environment: RBDCSI_E2E_CACHE (build cache, default /var/cache/rbdcsi-e2e;
+# the release goes to its release/), E2E_ARTIFACTS (where logs go on
+# failure, default /tmp/rbdcsi-e2e-artifacts), E2E_KEEP=1 (leave everything
+# up after the tests, for a look; then run `scripts/k8s-e2e.sh down WORKDIR`).
 set -euo pipefail
 
 readonly PROG=${0##*/}
@@ -39,7 +50,12 @@ source "$ROOT/scripts/lib.sh"
 # lib.sh's log, with the time of day.
 log() { echo "$PROG: $(date +%T) $*" >&2; }
 
-# teardown WORK: the overlay's objects, the node, the Ceph cluster, WORK.
+readonly CACHE=${RBDCSI_E2E_CACHE:-/var/cache/rbdcsi-e2e}
+readonly RELEASE_DIR=$CACHE/release
+readonly PLUGIN_REPOSITORY=docker.io/rbdcsi/rbdplugin
+
+# teardown WORK: the test volumes and the installed driver, the node, the
+# Ceph clusters, WORK.
 teardown() {
 	local work=$1
 	[[ -d $work ]] || return 0
@@ -47,22 +63,35 @@ teardown() {
 	# driver; only while this run's apiserver lives (its address is on an
 	# interface of this run: never send a request toward a missing one).
 	if [[ -f $work/node/env ]] && pgrep -f "kube-apiserver .*$work/node/" >/dev/null; then
-		local k=$work/kubectl.sh
+		local k=$work/bin/kubectl
 		if [[ -x $k ]]; then
 			"$k" delete namespace -l rbdcsi-e2e=test --wait=true --timeout=180s >/dev/null 2>&1 || true
+			"$k" delete namespace rbdcsi-try --ignore-not-found --wait=true --timeout=180s >/dev/null 2>&1 || true
 			"$k" delete volumeattachments --all --wait=true --timeout=60s >/dev/null 2>&1 || true
 			"$k" wait --for=delete pv --all --timeout=120s >/dev/null 2>&1 || true
-			"$k" delete -k "$work/deploy/e2e" --wait=true --timeout=120s >/dev/null 2>&1 || true
-			if [[ -x $work/helm.sh ]]; then
-				"$work/helm.sh" uninstall rbdcsi --namespace rbdcsi --wait --timeout 120s >/dev/null 2>&1 || true
-				"$k" delete namespace rbdcsi --wait=true --timeout=120s >/dev/null 2>&1 || true
-			fi
+			remove_install "$work" >/dev/null 2>&1 || true
 		fi
 	fi
 	"$ROOT/scripts/k8s-node.sh" down "$work/node" || log "node teardown reported an error"
 	"$ROOT/scripts/ceph-cluster.sh" down "$work/ceph" || log "Ceph teardown reported an error"
 	stop_tentacle "$work"
 	rm -rf --one-file-system "$work"
+}
+
+# remove_install WORK: whatever install of the driver is left (the guide's
+# uninstall did not run: a failed pass, or go test flags that left it out):
+# the Helm release, or the guide's kustomize site, and both namespaces.
+remove_install() {
+	local work=$1 k=$1/bin/kubectl site
+	if "$work/bin/helm" status rbdcsi --namespace rbdcsi >/dev/null 2>&1; then
+		"$work/bin/helm" uninstall rbdcsi --namespace rbdcsi --wait --timeout 120s || return 1
+	fi
+	for site in "$work"/guide-*/rbdcsi-install/rbdcsi-site-*/site; do
+		[[ -d $site ]] || continue
+		"$k" delete -k "$site" --ignore-not-found --wait=true --timeout=120s || return 1
+		"$k" delete -k "${site%/site}/snapshotclass" --ignore-not-found --wait=true --timeout=60s || true
+	done
+	"$k" delete namespace rbdcsi rbdcsi-node --ignore-not-found --wait=true --timeout=120s
 }
 
 # stop_tentacle WORK: asks the group snapshot pass's Tentacle cluster
@@ -87,7 +116,7 @@ stop_tentacle() {
 }
 
 collect_artifacts() {
-	local work=$1 k=$1/kubectl.sh
+	local work=$1 k=$1/bin/kubectl
 	rm -rf "$ARTIFACTS"
 	mkdir -p "$ARTIFACTS"
 	[[ -d $work/node/log ]] && cp -r "$work/node/log" "$ARTIFACTS/node-logs"
@@ -95,6 +124,11 @@ collect_artifacts() {
 	[[ -d $work/ceph/log ]] && cp -r "$work/ceph/log" "$ARTIFACTS/ceph-logs"
 	[[ -d $work/tentacle/cluster/log ]] && cp -r "$work/tentacle/cluster/log" "$ARTIFACTS/tentacle-logs"
 	[[ -f $work/tentacle/cluster.log ]] && cp "$work/tentacle/cluster.log" "$ARTIFACTS/tentacle-logs.up.log"
+	# The guide's scripts as they ran (no keys: those are in files beside them).
+	local g
+	for g in "$work"/guide-*/.guide-*.sh; do
+		[[ -f $g ]] && cp "$g" "$ARTIFACTS/$(basename "$(dirname "$g")")$(basename "$g")"
+	done
 	if [[ -x $k ]]; then
 		"$k" get all,pvc,pv,volumeattachments,csinodes,volumesnapshots,volumesnapshotcontents -A -o wide >"$ARTIFACTS/objects.txt" 2>&1 || true
 		"$k" get volumegroupsnapshots,volumegroupsnapshotcontents,volumegroupsnapshotclasses -A -o wide >>"$ARTIFACTS/objects.txt" 2>&1 || true
@@ -111,6 +145,15 @@ collect_artifacts() {
 	log "logs and objects: $ARTIFACTS"
 }
 
+# e2e_version: the release version of this checkout, SemVer (release.sh
+# checks it): v0.0.0-e2e-<commit>, -dirty with uncommitted changes.
+e2e_version() {
+	local v
+	v=v0.0.0-e2e-$(git -C "$ROOT" rev-parse --short=10 HEAD)
+	[[ -z $(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null) ]] || v+=-dirty
+	echo "$v"
+}
+
 main() {
 	if [[ ${1:-} == down ]]; then
 		[[ -n ${2:-} ]] || die "usage: $PROG down WORKDIR"
@@ -119,6 +162,7 @@ main() {
 	fi
 	[[ $(id -u) == 0 ]] || die "run as root (mounts, loop devices, containerd)"
 	local t0=$SECONDS rc=0 work
+	# The scenario that plays a second node runs the plugin on the host.
 	[[ -x $ROOT/bin/rbdplugin ]] || die "bin/rbdplugin is missing: make build"
 
 	# One run at a time (one /var/lib/kubelet, one node address); what an
@@ -137,56 +181,54 @@ main() {
 		[[ $p == kustomize || $p == helm || $p == groupsnap ]] || die "unknown pass $p in E2E_PASSES (kustomize, helm, groupsnap)"
 	done
 	"$ROOT/scripts/k8s-build.sh" all
-	if [[ $passes == *groupsnap* ]]; then
-		"$ROOT/scripts/k8s-build.sh" plugin-image forky
-	fi
-	log "builds ready after $((SECONDS - t0)) s"
+	log "Kubernetes and the sidecars ready after $((SECONDS - t0)) s"
+	VERSION=$(e2e_version)
+	RELEASE_DIR=$RELEASE_DIR "$ROOT/scripts/release.sh" "$VERSION" || die "make release $VERSION failed"
+	log "release $VERSION ready after $((SECONDS - t0)) s"
 
 	work=$(mktemp -d /var/tmp/rbdcsi-e2e.XXXXXX)
 	# shellcheck disable=SC2064
 	trap "rc=\$?; trap - EXIT INT TERM; finish '$work' \$rc" EXIT
 	trap 'exit 130' INT TERM
 
-	local default=no
-	[[ $passes == *kustomize* || $passes == *helm* ]] && default=yes
-	if [[ $default == yes ]]; then
-		"$ROOT/scripts/ceph-cluster.sh" up "$work/ceph"
-		set -a
-		# shellcheck disable=SC1091
-		source "$work/ceph/env"
-		set +a
-	fi
 	"$ROOT/scripts/k8s-node.sh" up "$work/node"
 	set -a
 	# shellcheck disable=SC1091
 	source "$work/node/env"
 	set +a
-	printf '#!/bin/sh\nexec %q --kubeconfig %q "$@"\n' "$KUBECTL" "$KUBECONFIG" >"$work/kubectl.sh"
-	chmod +x "$work/kubectl.sh"
-	log "Ceph and Kubernetes up after $((SECONDS - t0)) s (kubectl: $work/kubectl.sh)"
+	# kubectl and helm for this cluster, by those names: the guide's PATH.
+	mkdir -p "$work/bin"
+	printf '#!/bin/sh\nexec %q --kubeconfig %q "$@"\n' "$KUBECTL" "$KUBECONFIG" >"$work/bin/kubectl"
+	printf '#!/bin/sh\nexec %q --kubeconfig %q "$@"\n' "$CACHE/bin/helm" "$KUBECONFIG" >"$work/bin/helm"
+	chmod +x "$work/bin/kubectl" "$work/bin/helm"
+	import_release
+	log "Kubernetes up, release imported after $((SECONDS - t0)) s (kubectl: $work/bin/kubectl)"
 
-	# The overlay, with the local cluster's map and key beside it.
-	mkdir -p "$work/deploy"
-	cp -r "$ROOT/deploy/kubernetes" "$ROOT/deploy/site" "$ROOT/deploy/snapshotclass" "$ROOT/deploy/e2e" \
-		"$ROOT/deploy/topology" "$work/deploy/"
-	rm -f "$work/deploy/site/"{userID,userKey,nodeUserID,nodeUserKey}
-	export RBDCSI_E2E_K8S=1 E2E_CLUSTER_CONFIG=$work/deploy/site/cluster-config.json
+	export RBDCSI_E2E_K8S=1 E2E_CLUSTER_CONFIG=$work/cluster-config.json E2E_GUIDE_PATH=$work/bin
 	export E2E_RBDPLUGIN=$ROOT/bin/rbdplugin E2E_WORK=$work E2E_TOOLS=$work/tools
 	mkdir -p "$E2E_TOOLS"
 	(cd "$ROOT" && go build -o "$E2E_TOOLS/testreport" ./scripts/testreport) || die "building scripts/testreport failed"
-	if [[ $default == yes ]]; then
-		write_local "$work"
-		deploy "$work/deploy/e2e" "the driver"
-		log "driver deployed after $((SECONDS - t0)) s"
+	if [[ $passes == *kustomize* || $passes == *helm* ]]; then
+		# Ceph on the node's address, which the pods reach over the node's
+		# pod bridge (scripts/k8s-node.sh).
+		CEPH_ADDR=$E2E_NODE_IP "$ROOT/scripts/ceph-cluster.sh" up "$work/ceph"
+		set -a
+		# shellcheck disable=SC1091
+		source "$work/ceph/env"
+		set +a
+		log "Ceph up after $((SECONDS - t0)) s"
 	fi
 
 	if [[ $passes == *kustomize* ]]; then
+		guide_vars "$work" "$VERSION"
+		export RBDCSI_E2E_INSTALL=kustomize
 		(cd "$ROOT" && go_test kustomize "$@") || rc=$?
 		log "kustomize pass finished (exit $rc) after $((SECONDS - t0)) s"
 	fi
 	if [[ $passes == *helm* ]] && ((rc == 0)); then
+		local th=$SECONDS
 		helm_pass "$work" "$@" || rc=$?
-		log "Helm pass finished (exit $rc) after $((SECONDS - t0)) s"
+		log "Helm pass finished (exit $rc) in $((SECONDS - th)) s, after $((SECONDS - t0)) s"
 	fi
 	if [[ $passes == *groupsnap* ]] && ((rc == 0)); then
 		local tg=$SECONDS
@@ -196,45 +238,52 @@ main() {
 	return "$rc"
 }
 
-# write_local WORK: the local cluster's map and users (the cluster in the
-# environment: CEPH_CONF, CEPH_MON_HOST, ...) in WORK/deploy/site, the copy
-# of the overlay users fill in, where its generators read them.
-write_local() {
-	local dir=$1/deploy/site
-	(
-		umask 077
-		printf '[{"clusterID": "ceph1", "monitors": ["%s"]}]\n' "$CEPH_MON_HOST" >"$dir/cluster-config.json"
-		printf '%s' "$CEPH_CSI_USER" >"$dir/userID"
-		printf '%s' "$CEPH_CSI_KEY" >"$dir/userKey"
-		# The node plugins' user, as docs/install.md (step 3) says to make it.
-		printf 'rbdcsi-node' >"$dir/nodeUserID"
-		ceph -c "$CEPH_CONF" auth get-or-create client.rbdcsi-node \
-			mon 'allow r, allow command "osd blocklist" with blocklistop=rm' \
-			osd "allow rwx pool=$CEPH_POOL object_prefix rbdcsi.nodes" >/dev/null
-		ceph -c "$CEPH_CONF" auth print-key client.rbdcsi-node >"$dir/nodeUserKey"
-	)
-}
-
-# deploy DIR WHAT: kubectl apply -k DIR, then waits until the controller
-# and the node plugin rolled out and kubelet lists the driver.
-deploy() {
-	"$KUBECTL" apply -k "$1" || die "kubectl apply -k $1 failed"
-	"$KUBECTL" -n rbdcsi rollout status deployment/rbdcsi-controller --timeout=180s || die "$2's controller did not roll out"
-	"$KUBECTL" -n rbdcsi-node rollout status daemonset/rbdcsi-node --timeout=180s || die "$2's node plugin did not roll out"
-	wait_registered yes || die "$2's node plugin did not register with kubelet within 120 s"
-}
-
-# wait_registered yes|no: waits up to 120 s until the node's CSINode lists
-# the driver (yes) or no longer does (no); fails after that.
-wait_registered() {
-	local want=$1 i listed
-	for ((i = 0; i < 120; i++)); do
-		listed=no
-		[[ $("$KUBECTL" get csinode "$E2E_NODE_NAME" -o jsonpath='{.spec.drivers[*].name}' 2>/dev/null) == *rbd.csi.rbdcsi.dev* ]] && listed=yes
-		[[ $listed == "$want" ]] && return 0
-		sleep 1
+# import_release: the release's image archives into the node's containerd,
+# as docs/install.md ("The release") shows for a node without a registry;
+# the manifests' imagePullPolicy IfNotPresent then finds them.
+import_release() {
+	local suite ref images
+	for suite in trixie forky; do
+		ctr --address "$CONTAINERD_ADDRESS" -n k8s.io images import "$RELEASE_DIR/rbdplugin-$VERSION-$suite.tar" >/dev/null ||
+			die "importing rbdplugin-$VERSION-$suite.tar failed"
 	done
-	return 1
+	images=$(ctr --address "$CONTAINERD_ADDRESS" -n k8s.io images ls -q) || die "listing containerd's images failed"
+	for ref in "$PLUGIN_REPOSITORY:$VERSION" "$PLUGIN_REPOSITORY:$VERSION-forky"; do
+		grep -qxF "$ref" <<<"$images" || die "$ref is not among containerd's images after the import"
+	done
+}
+
+# guide_vars WORK TAG: the values of docs/install.md's step 1 for the Ceph
+# cluster of the environment (CEPH_MON_HOST, CEPH_POOL), the plugin image
+# TAG, and this machine's options: the release's topology component and
+# deploy/e2e (paths from the guide's site/ directory: the guide extracts
+# the site tarball under e2e/k8s's directory for the path,
+# WORK/guide-kustomize/rbdcsi-install), deploy/e2e/helm-values.yaml; and the
+# same cluster map for the scenarios that read it (E2E_CLUSTER_CONFIG).
+guide_vars() {
+	local work=$1 tag=$2 site
+	site=$work/guide-kustomize/rbdcsi-install/rbdcsi-site-$VERSION/site
+	{
+		echo "RBDCSI_VERSION=$VERSION"
+		echo "RELEASE_DIR=$RELEASE_DIR"
+		echo "PLUGIN_REPOSITORY=$PLUGIN_REPOSITORY"
+		echo "PLUGIN_TAG=$tag"
+		echo "CLUSTER_ID=ceph1"
+		echo "MONITORS=[\"$CEPH_MON_HOST\"]"
+		echo "POOL=$CEPH_POOL"
+		echo "CSI_USER=kubernetes"
+		echo "NODE_USER=rbdcsi-node"
+		echo "KUSTOMIZE_COMPONENTS=../topology $(realpath -m --relative-to="$site" "$ROOT/deploy/e2e")"
+		echo "HELM_VALUES=$ROOT/deploy/e2e/helm-values.yaml"
+	} >"$work/guide-vars.env"
+	printf '[{"clusterID": "ceph1", "monitors": ["%s"]}]\n' "$CEPH_MON_HOST" >"$E2E_CLUSTER_CONFIG"
+	export E2E_GUIDE_VARS=$work/guide-vars.env
+}
+
+# installed: whether a namespace of the driver exists (an install the
+# guide's uninstall did not remove).
+installed() {
+	[[ -n $("$KUBECTL" get namespace rbdcsi rbdcsi-node --ignore-not-found -o name) ]]
 }
 
 # go_test PASS [go test flags]: the scenarios of PASS, its section of
@@ -262,61 +311,43 @@ go_test() {
 }
 
 # helm_pass WORK [go test flags] (called in an || list, where set -e is
-# off: every step dies on its own failure): replaces the kustomize install by a Helm
-# release of deploy/helm/rbdcsi with deploy/e2e/helm-values.yaml, and runs
-# the volume scenarios, the upgrade and the uninstall on it.
+# off): the guide's Helm path, with the release's chart package, and the
+# Helm section's scenarios on it. Whatever install the kustomize pass left
+# (its uninstall did not run) goes first.
 helm_pass() {
-	local work=$1 t0=$SECONDS
+	local work=$1
 	shift
-	local cache=${RBDCSI_E2E_CACHE:-/var/cache/rbdcsi-e2e}
-	printf '#!/bin/sh\nexec %q --kubeconfig %q "$@"\n' "$cache/bin/helm" "$KUBECONFIG" >"$work/helm.sh"
-	chmod +x "$work/helm.sh"
-	"$KUBECTL" delete -k "$work/deploy/e2e" --wait=true --timeout=180s || die "deleting the kustomize install failed"
-	wait_registered no || die "kubelet still lists the driver 120 s after the kustomize install was deleted"
-	log "kustomize install removed after $((SECONDS - t0)) s"
-
-	# What the admin makes before `helm install` (README): the release
-	# namespace, here "privileged" for the controller's host network, and
-	# the provisioner's Secret (the chart names it: create: false).
-	"$KUBECTL" create namespace rbdcsi || die "creating namespace rbdcsi failed"
-	"$KUBECTL" label namespace rbdcsi pod-security.kubernetes.io/enforce=privileged || die "labelling namespace rbdcsi failed"
-	"$KUBECTL" --namespace rbdcsi create secret generic rbdcsi-secret \
-		--from-file=userID="$work/deploy/site/userID" --from-file=userKey="$work/deploy/site/userKey" || die "creating Secret rbdcsi-secret failed"
-	# The local cluster's map and the node user's key, as values.
-	(
-		umask 077
-		printf 'clusters:\n  - clusterID: ceph1\n    monitors: ["%s"]\n' "$CEPH_MON_HOST"
-		printf 'secrets:\n  node:\n    userID: %s\n    userKey: %s\n' \
-			"$(<"$work/deploy/site/nodeUserID")" "$(<"$work/deploy/site/nodeUserKey")"
-	) >"$work/helm-local.yaml" || die "writing $work/helm-local.yaml failed"
-	"$work/helm.sh" install rbdcsi "$ROOT/deploy/helm/rbdcsi" --namespace rbdcsi \
-		-f "$ROOT/deploy/e2e/helm-values.yaml" -f "$work/helm-local.yaml" --wait --timeout 5m || die "helm install failed"
-	wait_registered yes || die "the Helm-installed node plugin did not register with kubelet within 120 s"
-	log "helm install done after $((SECONDS - t0)) s"
-
-	export RBDCSI_E2E_INSTALL=helm E2E_HELM=$work/helm.sh E2E_HELM_CHART=$ROOT/deploy/helm/rbdcsi
+	if installed; then
+		remove_install "$work" || die "removing the kustomize install failed"
+	fi
+	guide_vars "$work" "$VERSION"
+	export RBDCSI_E2E_INSTALL=helm E2E_HELM=$work/bin/helm E2E_HELM_CHART=$RELEASE_DIR/rbdcsi-${VERSION#v}.tgz
 	(cd "$ROOT" && go_test helm "$@")
 }
 
 # groupsnap_pass WORK [go test flags] (called in an || list, where set -e is
-# off: every step dies on its own failure): the group snapshot scenario on
-# the plugin image built on forky against a Tentacle cluster. The install of
-# the passes before (if any is left) goes first; the node stays.
+# off: every step dies on its own failure): the group snapshot scenarios on
+# the release's forky image against a Tentacle cluster, installed by the
+# guide's kustomize path. The Ceph cluster of the passes before goes first
+# (the Tentacle one takes the node's address), with any install left on it;
+# the node stays.
 groupsnap_pass() {
 	local work=$1 t0=$SECONDS
 	shift
-	local cache=${RBDCSI_E2E_CACHE:-/var/cache/rbdcsi-e2e} dir=$work/tentacle/cluster
-	if "$KUBECTL" -n rbdcsi get deployment rbdcsi-controller >/dev/null 2>&1; then
-		"$KUBECTL" delete -k "$work/deploy/e2e" --wait=true --timeout=180s || die "deleting the kustomize install failed"
+	local dir=$work/tentacle/cluster
+	if installed; then
+		remove_install "$work" || die "removing the earlier install failed"
 	fi
-	wait_registered no || die "kubelet still lists the driver 120 s after the earlier install was deleted"
+	"$ROOT/scripts/ceph-cluster.sh" down "$work/ceph" || die "stopping the first Ceph cluster failed"
 
-	# Tentacle on 127.0.0.1, in a chroot of forky's cached root. With AES
-	# keys: the scenario's checks run this machine's Pacific rbd and rados,
-	# which cannot read the AES256K keys Tentacle makes by default (the forky
-	# plugin could). One OSD: no erasure-coded pool is needed here.
+	# Tentacle on the node's address, in a chroot of forky's cached root.
+	# With AES keys: the scenario's checks and the guide run this machine's
+	# Pacific ceph, rbd and rados, which cannot read the AES256K keys
+	# Tentacle makes by default (the forky plugin could). One OSD: no
+	# erasure-coded pool is needed here.
 	mkdir -p "$work/tentacle"
-	"$ROOT/scripts/suite.sh" cluster forky "$dir" CEPH_KEY_TYPE=aes CEPH_EC_POOL=0 >"$work/tentacle/suite.log" 2>&1 &
+	"$ROOT/scripts/suite.sh" cluster forky "$dir" CEPH_ADDR="$E2E_NODE_IP" CEPH_KEY_TYPE=aes CEPH_EC_POOL=0 \
+		>"$work/tentacle/suite.log" 2>&1 &
 	TENTACLE_PID=$!
 	wait_cluster "$dir" "$TENTACLE_PID" "the Tentacle cluster (more in $work/tentacle/suite.log)"
 	set -a
@@ -324,20 +355,10 @@ groupsnap_pass() {
 	source "$dir/env"
 	set +a
 	log "Tentacle cluster up after $((SECONDS - t0)) s: $(ceph -c "$CEPH_CONF" version 2>&1)"
-	write_local "$work" || die "writing the Tentacle cluster's map and keys failed"
 
-	# The forky-built plugin image (outside the images the node imported at
-	# boot), and deploy/e2e with the groupsnap component.
-	ctr --address "$CONTAINERD_ADDRESS" -n k8s.io images import "$cache/plugin-images/rbdplugin-forky.tar" >/dev/null ||
-		die "importing the forky plugin image failed"
-	mkdir -p "$work/deploy/e2e-groupsnap"
-	printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../e2e]\ncomponents: [../e2e/groupsnap]\n' \
-		>"$work/deploy/e2e-groupsnap/kustomization.yaml"
-	deploy "$work/deploy/e2e-groupsnap" "the forky driver"
-	log "forky driver deployed on Tentacle after $((SECONDS - t0)) s"
-
-	unset RBDCSI_E2E_INSTALL E2E_HELM E2E_HELM_CHART
-	export RBDCSI_E2E_GROUPSNAP=1
+	guide_vars "$work" "$VERSION-forky"
+	unset E2E_HELM E2E_HELM_CHART
+	export RBDCSI_E2E_INSTALL=kustomize RBDCSI_E2E_GROUPSNAP=1
 	(cd "$ROOT" && go_test groupsnap "$@")
 }
 
