@@ -214,7 +214,7 @@ func (g guideRun) run(t *testing.T, uninstall bool, timeout time.Duration) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	// runs: bash, the guide's blocks (ceph, rbd, rados, kubectl, helm, tar, sha256sum)
+	// runs: bash (the guide's blocks run ceph, rbd, rados, kubectl, helm, tar and sha256sum)
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", file)
 	cmd.Dir = start
 	cmd.Env = append(os.Environ(), "PATH="+g.bin+":"+os.Getenv("PATH"))

@@ -80,7 +80,7 @@ func TestZZZUninstallLeavesNothing(t *testing.T) {
 func cephTry(e env, tool string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// runs: ceph, rados (ceph-common)
+	// runs: ceph rados (ceph-common)
 	out, err := exec.CommandContext(ctx, tool, append([]string{"-c", e.cephConf}, args...)...).CombinedOutput()
 	return string(out), err
 }
