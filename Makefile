@@ -104,7 +104,7 @@ image:
 release:
 	scripts/release.sh $(VERSION)
 
-# Benchmarks (README "Performance"): P1-P7 through the real plugin binary
+# Benchmarks (docs/development.md, "Performance"): P1-P7 through the real plugin binary
 # against a throwaway local cluster, every figure a ratio against a
 # baseline measured in the same run, every side started under one
 # environment, every target fixed in e2e/bench/targets.go. Prints the
@@ -119,7 +119,7 @@ bench: build
 	go build -o bin/rbdgrpcfloor ./e2e/bench/grpcfloor
 	scripts/with-cluster.sh bin/rbdbench -plugin $(BIN) -floor bin/rbdfloor -grpc-floor bin/rbdgrpcfloor -out results $(BENCH_FLAGS)
 
-# The node suite on a real kernel (README, "A real kernel"): QEMU guests
+# The node suite on a real kernel (docs/development.md, "A real kernel"): QEMU guests
 # running Debian's kernel map through krbd and nbd against a real cluster,
 # then, with both mappers, a force detach across the two guests, all
 # inside a network namespace the script makes and removes. The kernel
@@ -133,7 +133,7 @@ kernel-test: deps build
 
 # The integration suites (contract, controller, node, sanity) against Ceph
 # 18.2 Reef and 20.2 Tentacle clusters, with the plugin built against each
-# release's librbd and this machine's Pacific-built one (README, "Ceph
+# release's librbd and this machine's Pacific-built one (docs/reference.md, "Ceph
 # releases"). Each cluster runs in a chroot of a Debian suite's root, cached
 # under $(or $(RBDCSI_ROOTFS_CACHE),/var/cache/rbdcsi-rootfs). MATRIX_RUN='TestCreate'
 # picks tests; cells pick cells: make ceph-matrix MATRIX_CELLS=reef.
@@ -143,7 +143,7 @@ ceph-matrix: deps
 	scripts/ceph-matrix.sh $(MATRIX_CELLS)
 
 # End-to-end on a real single-node Kubernetes v1.37.1 built on this machine
-# (README, "End-to-end on Kubernetes"): builds or reuses Kubernetes, the
+# (docs/development.md, "End-to-end on Kubernetes"): builds or reuses Kubernetes, the
 # sidecars and the images under $(or $(RBDCSI_E2E_CACHE),/var/cache/rbdcsi-e2e),
 # boots Ceph and the node, `kubectl apply -k deploy/e2e`, runs e2e/k8s,
 # tears everything down. E2E_FLAGS='-run TestAttach' picks scenarios.

@@ -21,7 +21,7 @@
 #   CEPH_KEY_TYPE=aes   on releases whose keys default to AES256K (Tentacle; Squid from
 #                       19.2.6): AES keys, which the clients of older releases and Linux
 #                       krbd before 7.0 can use, and a monitor that allows and prefers
-#                       them (README, "Ceph releases")
+#                       them (docs/reference.md, "Ceph releases")
 #
 # Several clusters may run side by side (different DIRs): daemons are only ever
 # stopped by the PIDs recorded in their own DIR, never by name.

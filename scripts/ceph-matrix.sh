@@ -15,7 +15,7 @@
 #
 # Clients older than Tentacle cannot read AES256K keys: their cells run the
 # cluster with AES keys (scripts/ceph-cluster.sh CEPH_KEY_TYPE=aes), as an
-# admin must (README, "Ceph releases"), and TestKeyTypes checks the answer
+# admin must (docs/reference.md, "Ceph releases"), and TestKeyTypes checks the answer
 # to an AES256K key.
 #
 #   ceph-matrix.sh [CELL...]      (default: all four)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Two Kubernetes clusters sharing one pool (README, "Several Kubernetes
-# clusters on one pool"): the whole controller suite runs twice at once on
+# Two Kubernetes clusters sharing one pool (docs/operations.md, "Several
+# Kubernetes clusters on one pool"): the whole controller suite runs twice at once on
 # the test pool, as driver instances a and b (--instance-id), each suite
 # checking that it left nothing of its own; then the whole pool is checked
 # for anything either left. Needs a cluster: scripts/with-cluster.sh.

@@ -25,7 +25,7 @@ var knownSteps = map[string]string{
 	"kernel": "make kernel-test: KERNEL_PACKAGES in its script",
 	"build":  "make image: BUILD_PACKAGES in scripts/image.sh",
 	// Steps whose programs the project does not install.
-	"prereq": "what the README asks for before make can run",
+	"prereq": "what docs/development.md (\"Set-up\") asks for before make can run",
 	"manual": "optional targets run by hand (make bench -perf: linux-perf)",
 }
 
