@@ -51,7 +51,9 @@ source "$ROOT/scripts/lib.sh"
 log() { echo "$PROG: $(date +%T) $*" >&2; }
 
 readonly CACHE=${RBDCSI_E2E_CACHE:-/var/cache/rbdcsi-e2e}
+# Where release.sh writes (RELEASE_DIR) and the guide reads the release.
 readonly RELEASE_DIR=$CACHE/release
+export RELEASE_DIR
 readonly PLUGIN_REPOSITORY=docker.io/rbdcsi/rbdplugin
 
 # teardown WORK: the test volumes and the installed driver, the node, the
@@ -183,7 +185,7 @@ main() {
 	"$ROOT/scripts/k8s-build.sh" all
 	log "Kubernetes and the sidecars ready after $((SECONDS - t0)) s"
 	VERSION=$(e2e_version)
-	RELEASE_DIR=$RELEASE_DIR "$ROOT/scripts/release.sh" "$VERSION" || die "make release $VERSION failed"
+	"$ROOT/scripts/release.sh" "$VERSION" || die "make release $VERSION failed"
 	log "release $VERSION ready after $((SECONDS - t0)) s"
 
 	work=$(mktemp -d /var/tmp/rbdcsi-e2e.XXXXXX)
