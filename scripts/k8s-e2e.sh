@@ -126,10 +126,12 @@ collect_artifacts() {
 	[[ -d $work/ceph/log ]] && cp -r "$work/ceph/log" "$ARTIFACTS/ceph-logs"
 	[[ -d $work/tentacle/cluster/log ]] && cp -r "$work/tentacle/cluster/log" "$ARTIFACTS/tentacle-logs"
 	[[ -f $work/tentacle/cluster.log ]] && cp "$work/tentacle/cluster.log" "$ARTIFACTS/tentacle-logs.up.log"
-	# The guide's scripts as they ran (no keys: those are in files beside them).
+	# The guide's scripts as they ran (no keys: those are in files beside
+	# them), and the driver's logs TestZZZUninstallLeavesNothing kept.
 	local g
-	for g in "$work"/guide-*/.guide-*.sh; do
-		[[ -f $g ]] && cp "$g" "$ARTIFACTS/$(basename "$(dirname "$g")")$(basename "$g")"
+	for g in "$work"/guide-*/.guide-*.sh "$work"/driver-logs-*; do
+		[[ -e $g ]] || continue
+		if [[ -d $g ]]; then cp -r "$g" "$ARTIFACTS/"; else cp "$g" "$ARTIFACTS/$(basename "$(dirname "$g")")$(basename "$g")"; fi
 	done
 	if [[ -x $k ]]; then
 		"$k" get all,pvc,pv,volumeattachments,csinodes,volumesnapshots,volumesnapshotcontents -A -o wide >"$ARTIFACTS/objects.txt" 2>&1 || true

@@ -4,7 +4,9 @@ package k8s
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +26,7 @@ func TestZZZUninstallLeavesNothing(t *testing.T) {
 	g := loadGuideRun(t)
 	e := loadEnv(t)
 	k := &kube{t: t, e: e}
+	saveDriverLogs(t, k, filepath.Join(e.work, "driver-logs-"+g.path))
 	g.run(t, true, 10*time.Minute)
 
 	// Every kind the API server lists (CRDs included), in one request.
@@ -71,6 +74,28 @@ func TestZZZUninstallLeavesNothing(t *testing.T) {
 	} {
 		if out, err := cephTry(e, probe[0], probe[1:]...); err == nil || !strings.Contains(out, "No such file or directory") && !strings.Contains(out, "ENOENT") && !strings.Contains(out, "failed to find") {
 			t.Errorf("after the uninstall, %s: %v: %s", strings.Join(probe, " "), err, out)
+		}
+	}
+}
+
+// saveDriverLogs keeps the logs of every container of the driver's pods
+// in dir before the uninstall takes them away: a failed scenario before
+// this test leaves the driver's side of it there (scripts/k8s-e2e.sh
+// keeps dir with the run's artifacts).
+func saveDriverLogs(t *testing.T, k *kube, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range driverPods(t, k) {
+		for _, c := range p.Spec.Containers {
+			out, err := k.run(time.Minute, "", "logs", "--namespace", p.Namespace, p.Name, "-c", c.Name)
+			if err != nil {
+				out += "\n" + err.Error()
+			}
+			if err := os.WriteFile(filepath.Join(dir, p.Name+"."+c.Name+".log"), []byte(out), 0o600); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
