@@ -361,7 +361,11 @@ for m in "${mappers[@]}"; do
 		fi
 	fi
 	parts+=("$m=$work/$m/node.json")
-	[[ ! -e $work/$m/fence.ran ]] || parts+=("fence-$m=$work/$m/fence.json")
+	# The list's [fence] is one guest's part (nbd's, with the joint phase);
+	# a partial run may run it in both, told apart by name.
+	if [[ -e $work/$m/fence.ran ]]; then
+		if ((partial)); then parts+=("fence-$m=$work/$m/fence.json"); else parts+=("fence=$work/$m/fence.json"); fi
+	fi
 done
 guests=()
 if ((joint)); then

@@ -37,7 +37,10 @@ func TestContract(t *testing.T) {
 	lifter := c.Name("rbdcsi-contract-lift")
 	lifterKey := c.NewUser(t, lifter, "mon", `allow r, allow command "osd blocklist" with blocklistop=rm`)
 	poolless := c.Name("rbdcsi-contract-poolless")
-	poollessKey := c.NewUser(t, poolless, "mon", "profile rbd")
+	// Caps on another pool: a user with no osd caps at all gets no answer
+	// from Reef's and Tentacle's OSDs (its calls time out, as an outage
+	// would), only Pacific's refuse it.
+	poollessKey := c.NewUser(t, poolless, "mon", "profile rbd", "osd", "profile rbd pool=rbdcsi-no-such-pool")
 	rbdtest.Run(t, func(t *testing.T) rbdtest.Target {
 		return rbdtest.Target{
 			Backend:       backend,

@@ -16,10 +16,10 @@ import (
 // Secret's user, what Ceph refused it on and the caps docs/install.md
 // gives, never the key: a user whose caps cover no pool, one that may only
 // read the pool (refused once it writes), one the monitors do not know
-// and one with a key that is not its own. Nothing is made or changed.
+// and one with a key that is not its own. Nothing is made or changed. Each
+// call has a deadline of its own, so one that hangs fails alone.
 func TestRefusalsNameTheUserAndCaps(t *testing.T) {
 	e := setup(t)
-	ctx := harness.Ctx(t)
 	where := "pool=" + e.c.Pool
 	if e.c.Namespace != "" {
 		where += " namespace=" + e.c.Namespace
@@ -27,7 +27,10 @@ func TestRefusalsNameTheUserAndCaps(t *testing.T) {
 	poolless := e.c.Name("rbdcsi-e2e-poolless")
 	reader := e.c.Name("rbdcsi-e2e-reader")
 	users := map[string]string{
-		poolless: e.c.NewUser(t, poolless, "mon", "profile rbd"),
+		// Caps on another pool: with no osd caps at all, Reef's and
+		// Tentacle's OSDs do not answer (the call times out, as in an
+		// outage); only Pacific's refuse.
+		poolless: e.c.NewUser(t, poolless, "mon", "profile rbd", "osd", "profile rbd pool=rbdcsi-no-such-pool"),
 		reader:   e.c.NewUser(t, reader, "mon", "profile rbd", "osd", "profile rbd-read-only "+where),
 	}
 	secrets := func(id, key string) map[string]string { return map[string]string{"userID": id, "userKey": key} }
@@ -51,7 +54,7 @@ func TestRefusalsNameTheUserAndCaps(t *testing.T) {
 		}
 	}
 	create := func(name string, s map[string]string, src *csi.VolumeContentSource) error {
-		_, err := e.cc.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: 8 * mib},
+		_, err := e.cc.CreateVolume(harness.Ctx(t), &csi.CreateVolumeRequest{Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: 8 * mib},
 			VolumeCapabilities: fsCap(), Parameters: e.c.Params(), Secrets: s, VolumeContentSource: src})
 		return err
 	}
@@ -73,13 +76,13 @@ func TestRefusalsNameTheUserAndCaps(t *testing.T) {
 			"clone as "+id, id, users[id], on, osd)
 		refused(create("refused-restore", s, &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.SnapshotId}}}),
 			"restore as "+id, id, users[id], on, osd)
-		_, err := e.cc.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: v, CapacityRange: &csi.CapacityRange{RequiredBytes: 16 * mib}, Secrets: s})
+		_, err := e.cc.ControllerExpandVolume(harness.Ctx(t), &csi.ControllerExpandVolumeRequest{VolumeId: v, CapacityRange: &csi.CapacityRange{RequiredBytes: 16 * mib}, Secrets: s})
 		refused(err, "expand as "+id, id, users[id], on, osd)
-		_, err = e.cc.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "refused", SourceVolumeId: v, Secrets: s})
+		_, err = e.cc.CreateSnapshot(harness.Ctx(t), &csi.CreateSnapshotRequest{Name: "refused", SourceVolumeId: v, Secrets: s})
 		refused(err, "snapshot as "+id, id, users[id], on, osd)
-		_, err = e.cc.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: snap.SnapshotId, Secrets: s})
+		_, err = e.cc.DeleteSnapshot(harness.Ctx(t), &csi.DeleteSnapshotRequest{SnapshotId: snap.SnapshotId, Secrets: s})
 		refused(err, "delete the snapshot as "+id, id, users[id], on, osd)
-		_, err = e.cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: v, Secrets: s})
+		_, err = e.cc.DeleteVolume(harness.Ctx(t), &csi.DeleteVolumeRequest{VolumeId: v, Secrets: s})
 		refused(err, "delete as "+id, id, users[id], on, osd)
 	}
 	images := e.c.Images(t)
