@@ -172,7 +172,9 @@ ws_build() {
 
 build_kube() {
 	local key t0 c outs=()
-	key="kubernetes $KUBE_VERSION $(go env GOVERSION) workspace"
+	# What it is built from, not how: binaries of the same release and Go
+	# built before the workspace are kept.
+	key="kubernetes $KUBE_VERSION $(go env GOVERSION)"
 	for c in "${KUBE_CMDS[@]}"; do outs+=("$BIN/$c"); done
 	if fresh kubernetes "$key" "${outs[@]}"; then
 		log "Kubernetes $KUBE_VERSION: cached"
@@ -197,7 +199,7 @@ build_kube() {
 build_ws_sidecar() {
 	local name=$1 mod=$2 version=$3 key t0 c outs=()
 	shift 3
-	key="$mod@$version $(go env GOVERSION) workspace"
+	key="$mod@$version $(go env GOVERSION)"
 	for c in "$@"; do outs+=("$BIN/$c"); done
 	if fresh "$name" "$key" "${outs[@]}"; then
 		log "$name $version: cached"

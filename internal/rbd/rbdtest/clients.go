@@ -11,42 +11,44 @@ import (
 // A client with the image open is listed by its address, not as one of
 // the backend's own. Blocklisting it drops its watch once the OSD has the
 // new map (the controller waits for that too: fenceSettled), an entry the
-// CSI user may add, and a repeat is fine; lifting it, also twice, takes it off the blocklist. A malformed
-// address is refused before it reaches the monitor.
+// CSI user may add, and a repeat is fine; lifting it, also twice, takes it
+// off the blocklist. A malformed address is refused before it reaches the
+// monitor. Each call has a deadline of its own: the wait for the dropped
+// watch may take most of one.
 func testBlocklist(t *testing.T, s *suite) {
-	b, p, ctx, name := s.Backend, s.Pool, s.ctx(), s.name("img")
+	b, p, name := s.Backend, s.Pool, s.name("img")
 	s.create(name, mib, nil)
-	if cs, err := b.Clients(ctx, p, name); err != nil || len(cs) != 0 {
+	if cs, err := b.Clients(s.ctx(), p, name); err != nil || len(cs) != 0 {
 		t.Fatalf("Clients of an image nobody opened: %v, %v", cs, err)
 	}
-	_, err := b.Clients(ctx, p, s.name("missing"))
+	_, err := b.Clients(s.ctx(), p, s.name("missing"))
 	s.wantErr(err, "Clients of a missing image", rbd.ErrNotFound)
 
 	unwatch := s.Watch(t, p, name)
 	defer unwatch()
-	cs, err := b.Clients(ctx, p, name)
+	cs, err := b.Clients(s.ctx(), p, name)
 	s.must(err, "Clients")
 	if len(cs) != 1 || cs[0].Own || !cs[0].Watch || cs[0].Lock || rbd.ValidClientAddr(cs[0].Addr) != nil {
 		t.Fatalf("Clients with another client watching = %+v, want one, watching, not our own, at ip:port/nonce", cs)
 	}
 	addr := cs[0].Addr
 
-	s.wantErr(b.Blocklist(ctx, p.MonHost, p.Cred, "127.0.0.1", time.Minute), "Blocklist of a whole host", rbd.ErrInvalid)
-	s.wantErr(b.Blocklist(ctx, p.MonHost, p.Cred, addr, 0), "Blocklist without an expiry", rbd.ErrInvalid)
-	s.must(b.Blocklist(ctx, p.MonHost, p.Cred, addr, time.Minute), "Blocklist")
+	s.wantErr(b.Blocklist(s.ctx(), p.MonHost, p.Cred, "127.0.0.1", time.Minute), "Blocklist of a whole host", rbd.ErrInvalid)
+	s.wantErr(b.Blocklist(s.ctx(), p.MonHost, p.Cred, addr, 0), "Blocklist without an expiry", rbd.ErrInvalid)
+	s.must(b.Blocklist(s.ctx(), p.MonHost, p.Cred, addr, time.Minute), "Blocklist")
 	t.Cleanup(func() { _ = b.Unblocklist(s.ctx(), p.MonHost, s.Unblocklister, addr) })
-	s.must(b.Blocklist(ctx, p.MonHost, p.Cred, addr, time.Minute), "Blocklist again")
+	s.must(b.Blocklist(s.ctx(), p.MonHost, p.Cred, addr, time.Minute), "Blocklist again")
 	if !slices.Contains(s.Blocklisted(t), addr) {
 		t.Fatalf("%s is not on the blocklist %v", addr, s.Blocklisted(t))
 	}
 	s.waitClients(name, "blocklisting the watcher", "none", func(cs []rbd.Client) bool { return len(cs) == 0 })
 
-	s.must(b.Unblocklist(ctx, p.MonHost, s.Unblocklister, addr), "Unblocklist")
-	s.must(b.Unblocklist(ctx, p.MonHost, s.Unblocklister, addr), "Unblocklist again")
+	s.must(b.Unblocklist(s.ctx(), p.MonHost, s.Unblocklister, addr), "Unblocklist")
+	s.must(b.Unblocklist(s.ctx(), p.MonHost, s.Unblocklister, addr), "Unblocklist again")
 	if slices.Contains(s.Blocklisted(t), addr) {
 		t.Fatalf("%s is still on the blocklist after Unblocklist", addr)
 	}
-	s.wantErr(b.Unblocklist(ctx, p.MonHost, s.Unblocklister, "10.0.0.0/24 "), "Unblocklist of a malformed address", rbd.ErrInvalid)
+	s.wantErr(b.Unblocklist(s.ctx(), p.MonHost, s.Unblocklister, "10.0.0.0/24 "), "Unblocklist of a malformed address", rbd.ErrInvalid)
 }
 
 // A client that wrote holds the exclusive lock as well as its watch. The
