@@ -144,9 +144,11 @@ ceph-matrix: deps
 
 # End-to-end on a real single-node Kubernetes v1.37.1 built on this machine
 # (docs/development.md, "End-to-end on Kubernetes"): builds or reuses Kubernetes, the
-# sidecars and the images under $(or $(RBDCSI_E2E_CACHE),/var/cache/rbdcsi-e2e),
-# boots Ceph and the node, `kubectl apply -k deploy/e2e`, runs e2e/k8s,
-# tears everything down. E2E_FLAGS='-run TestAttach' picks scenarios.
+# sidecars and their images under $(or $(RBDCSI_E2E_CACHE),/var/cache/rbdcsi-e2e),
+# makes a release of this checkout (scripts/release.sh) and imports its
+# images, boots the node and Ceph, then per pass (kustomize, Helm, group
+# snapshots) installs by running docs/install.md and runs e2e/k8s; tears
+# everything down. E2E_FLAGS='-run TestAttach' picks scenarios.
 E2E_FLAGS ?=
 .PHONY: e2e
 e2e: deps build

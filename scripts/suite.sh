@@ -3,7 +3,7 @@
 # forky: Tentacle 20.2), in a chroot of the suite's cached root
 # (scripts/rootfs.sh runtime + dev), with this machine's Go toolchain and
 # module cache bound in read-only. Used by the Ceph matrix
-# (scripts/ceph-matrix.sh) and the e2e's plugin image (scripts/k8s-build.sh).
+# (scripts/ceph-matrix.sh) and the kernel test (scripts/kernel-test.sh).
 #
 #   suite.sh run SUITE CMD...            CMD in a throwaway overlay over the
 #                                        suite's roots
