@@ -68,6 +68,12 @@ keyring = \$osd_data/keyring
 memstore_device_bytes = ${CEPH_MEMSTORE_BYTES:-8589934592}
 # If the mon is already gone (crashed, killed), don't wait 5 s for it on shutdown.
 osd_mon_shutdown_timeout = 1
+# memstore reports itself rotational, so the OSD paces the trimming of removed
+# snapshots and the removal of deleted pools' PGs as for a disk: 5 s between
+# steps. In RAM nothing needs pacing, and tests that check what a deletion
+# leaves in RADOS would otherwise wait minutes for it.
+osd_snap_trim_sleep_hdd = 0
+osd_delete_sleep_hdd = 0
 
 [mgr]
 mgr_data = $DIR/mgr/\$cluster-\$id

@@ -39,8 +39,9 @@ func TestZZCleanupLeavesNothing(t *testing.T) {
 	// No object of an image either (header, id, data, object map). A
 	// data object written before a snapshot keeps a clone until the OSDs
 	// trim the removed snapshot, in the background after the image is
-	// gone (rados ls lists it meanwhile): allow that moment too; a leaked
-	// object stays.
+	// gone (rados ls lists it meanwhile; the test cluster does not pace
+	// the trim, scripts/ceph-cluster-up.sh): allow that moment too; a
+	// leaked object stays.
 	var left []string
 	start := time.Now()
 	for deadline := start.Add(shortWait); ; time.Sleep(2 * time.Second) {
