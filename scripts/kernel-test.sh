@@ -40,7 +40,8 @@
 # (default: krbd=forky nbd=host): host is this machine's Ceph, a Debian
 # suite runs that suite's release in a chroot of its cached root
 # (scripts/suite.sh cluster), with AES keys, which the guest's kernel
-# (Linux 6.1) and older tools need.
+# (Linux 6.1) and older tools need. VM_CPUS: each guest's vCPUs (default:
+# the host's CPUs shared among the guests).
 set -euo pipefail
 
 readonly PROG=${0##*/}
@@ -184,6 +185,13 @@ fence_tests() {
 		"$work/testreport" args -list "$LIST" fence
 	fi
 }
+
+# The host's CPUs shared among the guests, at least one each. Emulated
+# vCPUs beyond the host's cores make each guest several times slower, not
+# faster: a vCPU that holds a lock in the guest's kernel is descheduled on
+# the host while the others spin for it.
+vm_cpus=${VM_CPUS:-$(($(nproc) / ${#mappers[@]}))}
+((vm_cpus >= 1)) || vm_cpus=1
 
 # Each guest's address and tap device, in the order of the mappers.
 declare -A addr_of=() tap_of=()
@@ -339,8 +347,8 @@ for m in "${mappers[@]}"; do
 		shares+=("$work/joint")
 		[[ $m == krbd ]] || shares+=("$work/cluster-krbd")
 	fi
-	log "booting a guest for the node suite with $m"
-	VM_USERLAND=$vm_userland setsid nsenter --net="/run/netns/$ns" "$ROOT/scripts/kernel-vm.sh" boot "$kdir" "$work/initrd.gz" \
+	log "booting a guest for the node suite with $m ($vm_cpus vCPUs)"
+	VM_CPUS=$vm_cpus VM_USERLAND=$vm_userland setsid nsenter --net="/run/netns/$ns" "$ROOT/scripts/kernel-vm.sh" boot "$kdir" "$work/initrd.gz" \
 		"${addr_of[$m]}/$LEN" "${tap_of[$m]}" "${shares[@]}" >"$work/$m/console" 2>&1 &
 	guests+=($!)
 	guest_of[$m]=$!

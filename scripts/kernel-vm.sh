@@ -15,7 +15,7 @@
 #        in it and exit with its status. The console goes to stdout.
 #
 # Environment: VM_USERLAND (default /), RBDCSI_KERNEL_CACHE (default /var/cache/rbdcsi-kernel),
-# VM_MEMORY (MiB, default 1536), VM_CPUS (default 2), VM_TIMEOUT (seconds,
+# VM_CPU (QEMU's -cpu, default max), VM_MEMORY (MiB, default 1536), VM_CPUS (default 2), VM_TIMEOUT (seconds,
 # default 2700: a hung guest is killed).
 set -euo pipefail
 
@@ -31,7 +31,9 @@ readonly KERNEL_PACKAGES=(qemu-system-x86 busybox-static cpio)
 # dm-crypt finds its cipher modes and cryptsetup its keyslot cipher (AF_ALG)
 # by name: the guest has no modprobe to load them on demand. loop and fuse
 # serve the fuse mapper under an encrypted volume.
-readonly MODULES=(virtio_pci virtio_net virtio_rng 9pnet_virtio 9p rbd nbd ext4 xfs dm_crypt xts algif_skcipher loop fuse)
+# aesni_intel gives dm-crypt and cryptsetup AES-NI (the emulated CPU has it,
+# below); crc32c_intel, which rbd pulls in, libceph's checksums SSE4.2.
+readonly MODULES=(virtio_pci virtio_net virtio_rng 9pnet_virtio 9p rbd nbd ext4 xfs dm_crypt xts aesni_intel algif_skcipher loop fuse)
 
 # shellcheck source=scripts/lib.sh
 source "$HERE/lib.sh"
@@ -103,7 +105,11 @@ boot() {
 	[[ -z $user || ($user == /* && $user != *[,=\ ]* && -x $user/usr/bin/env) ]] ||
 		die "VM_USERLAND must be an absolute path to a root with /usr/bin/env, without commas, = or spaces: $user"
 	rm -f "$job/rc"
-	local args=(-accel tcg -m "${VM_MEMORY:-1536}" -smp "${VM_CPUS:-2}" -nographic -no-reboot
+	# -cpu max: every instruction QEMU's emulator knows (SSE4.2, AES-NI,
+	# PCLMULQDQ), so checksums and ciphers in the guest's kernel and Ceph
+	# run as one emulated instruction each rather than as emulated table
+	# code; the default CPU (qemu64) has none of them.
+	local args=(-accel tcg -cpu "${VM_CPU:-max}" -m "${VM_MEMORY:-1536}" -smp "${VM_CPUS:-2}" -nographic -no-reboot
 		-kernel "$kdir/vmlinuz" -initrd "$initrd"
 		-device virtio-rng-pci
 		-virtfs "local,path=$user/usr,mount_tag=usr,security_model=none,readonly=on"

@@ -26,7 +26,7 @@ while read -r m; do
 	name=$(basename "$m" .ko | tr - _)
 	if ! err=$(insmod "/$m" 2>&1); then
 		case $name in
-		crc32c_intel) echo "vm-init: $name not loaded (no SSE4.2 under emulation): $err" ;;
+		crc32c_intel | aesni_intel) echo "vm-init: $name not loaded (the emulated CPU lacks its instructions: VM_CPU): $err" ;;
 		*)
 			echo "vm-init: insmod $m failed: $err"
 			failed="$failed $name"
