@@ -113,10 +113,9 @@ func Unwrap(w Wrapped, kek []byte) ([]byte, error) {
 	if parts[0] != wrapVersion {
 		return nil, fmt.Errorf("wrapped data key of version %.10q; this driver reads %s", parts[0], wrapVersion)
 	}
-	dec := base64.RawURLEncoding.Strict().DecodeString
-	salt, err1 := dec(parts[2])
-	nonce, err2 := dec(parts[3])
-	sealed, err3 := dec(parts[4])
+	salt, err1 := decodeField(parts[2])
+	nonce, err2 := decodeField(parts[3])
+	sealed, err3 := decodeField(parts[4])
 	if err := errors.Join(err1, err2, err3, ValidKEKID(parts[1])); err != nil || len(salt) != saltSize {
 		return nil, errors.New("malformed wrapped data key")
 	}
@@ -135,6 +134,20 @@ func Unwrap(w Wrapped, kek []byte) ([]byte, error) {
 		return nil, errors.New("malformed wrapped data key")
 	}
 	return dek, nil
+}
+
+// decodeField decodes one base64url field of a wrapped key, accepting only
+// the spelling Wrap writes: Go's decoder skips CR and LF even in strict
+// mode, so without the round trip one key would have many spellings.
+func decodeField(s string) ([]byte, error) {
+	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
+	if err != nil {
+		return nil, err
+	}
+	if base64.RawURLEncoding.EncodeToString(b) != s {
+		return nil, errors.New("not in canonical base64url")
+	}
+	return b, nil
 }
 
 // sealer is AES-256-GCM under HKDF-SHA256(kek, salt).
