@@ -48,9 +48,14 @@ unit:
 	go test -count=1 ./cmd/... ./internal/... ./e2e/manifests/ ./scripts/...
 
 # Integration and conformance run against a real single-node Ceph cluster that
-# scripts/with-cluster.sh boots for the run and always tears down.
+# scripts/with-cluster.sh boots for the run and always tears down. The
+# suites named in INTEGRATION_EXCLUDE (e2e/NAME) are left out.
+INTEGRATION_EXCLUDE ?=
+INTEGRATION_LEFT_OUT = manifests $(INTEGRATION_EXCLUDE)
+space := $() $()
 integration: build
-	scripts/with-cluster.sh go test -count=1 -p 1 -timeout 60m $$(go list ./e2e/... | grep -v '/e2e/manifests$$')
+	scripts/with-cluster.sh go test -count=1 -p 1 -timeout 60m $$(go list ./e2e/... | \
+		grep -v -E '/e2e/($(subst $(space),|,$(strip $(INTEGRATION_LEFT_OUT))))$$')
 
 # Short bounded runs of every fuzz target (the seed corpora run in `unit`);
 # scripts/fuzz.sh tells a real finding from the fuzz engine's spurious
@@ -60,10 +65,13 @@ fuzz:
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
 # Several Kubernetes clusters on one pool: the controller suite twice at
-# once, as two driver instances (scripts/instances.sh).
+# once, as two driver instances, then alone the tests that disturb the
+# whole cluster (scripts/instances.sh).
 instances: build
 	scripts/with-cluster.sh scripts/instances.sh
 
+# instances runs the whole controller suite, so integration leaves it out.
+test: INTEGRATION_EXCLUDE = controller
 test: lint unit fuzz integration instances
 
 # The Helm chart (deploy/helm/rbdcsi): helm lint --strict, every value file

@@ -199,8 +199,11 @@ cmd_up() {
 	)
 
 	# Port choice and mon start under a machine-wide lock, held until the mon listens,
-	# so two concurrent `up`s cannot pick the same free port.
-	lockfile=${TMPDIR:-/tmp}/ceph-cluster-sh.port.lock
+	# so two concurrent `up`s cannot pick the same free port. /run/rbdcsi is the
+	# host's in every chroot too (scripts/rootfs.sh run), so a cluster up in a
+	# chroot and one up beside it on the host take the same lock.
+	mkdir -p /run/rbdcsi
+	lockfile=/run/rbdcsi/ceph-port.lock
 	exec {lockfd}>"$lockfile"
 	flock -w 120 "$lockfd" || die "could not take $lockfile"
 	port=$(pick_port)

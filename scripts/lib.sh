@@ -40,9 +40,16 @@ remove_work() {
 
 # wait_cluster DIR PID WHAT: wait until the test cluster that PID (a
 # `scripts/suite.sh cluster ... DIR` in the background) brings up at DIR
-# is up; if PID ends first or two minutes pass, print its log and die.
+# is up; if PID ends first or the boot takes two minutes, print its log and
+# die. The boot starts when its log appears: before, the cluster waits for
+# its suite's roots, which a cold machine may still be building
+# (scripts/rootfs.sh, under its lock), for up to 30 minutes.
 wait_cluster() {
-	local dir=$1 pid=$2 what=$3 i
+	local dir=$1 pid=$2 what=$3 i=0
+	while [[ ! -e $dir.log ]] && kill -0 "$pid" 2>/dev/null && ((i < 3600)); do
+		sleep 0.5
+		i=$((i + 1))
+	done
 	for ((i = 0; i < 240; i++)); do
 		[[ -e $dir.up ]] && return 0
 		kill -0 "$pid" 2>/dev/null || break

@@ -218,6 +218,11 @@ _inner() {
 	if [[ -n ${ROOTFS_LAYERS:-} && -z ${ROOTFS_OVERLAY:-} ]]; then
 		die "ROOTFS_LAYERS needs ROOTFS_OVERLAY"
 	fi
+	local needed=("$root") layers=()
+	[[ -z ${ROOTFS_OVERLAY:-} ]] || needed+=("$ROOTFS_OVERLAY")
+	IFS=: read -ra layers <<<"${ROOTFS_LAYERS:-}"
+	for b in ${ROOTFS_BINDS:-}; do needed+=("${b%%:*}"); done
+	drop_inherited_mounts "${needed[@]}" "${layers[@]}"
 	if [[ -n ${ROOTFS_OVERLAY:-} ]]; then
 		mkdir -p "$ROOTFS_OVERLAY/upper" "$ROOTFS_OVERLAY/work" "$ROOTFS_OVERLAY/merged"
 		mount -t overlay overlay -o "lowerdir=${ROOTFS_LAYERS:+$ROOTFS_LAYERS:}$root,upperdir=$ROOTFS_OVERLAY/upper,workdir=$ROOTFS_OVERLAY/work" \
@@ -228,6 +233,9 @@ _inner() {
 	mount --rbind /sys "$TARGET/sys"
 	mount --rbind /dev "$TARGET/dev"
 	mount -t tmpfs -o mode=0755 tmpfs "$TARGET/run"
+	# Machine-wide locks of our scripts (the Ceph clusters' port choice).
+	mkdir -p /run/rbdcsi "$TARGET/run/rbdcsi"
+	mount --bind /run/rbdcsi "$TARGET/run/rbdcsi"
 	for b in ${ROOTFS_BINDS:-}; do
 		IFS=: read -r src dst mode <<<"$b"
 		mkdir -p "$TARGET$dst"
@@ -240,6 +248,28 @@ _inner() {
 		chroot "$TARGET" "$@" &
 	wait $! || rc=$?
 	return "$rc"
+}
+
+# drop_inherited_mounts PATH...: the new namespace began with a private copy
+# of every mount the host had, and a copy keeps what it mounts busy: the
+# FUSE mount or the loop device's filesystem of a run beside this one (make
+# test, the e2e's node) would stay alive here after that run unmounts it,
+# with its rbd-fuse and its loop device, until this chroot ends. Nothing
+# here needs more than /, /proc, /sys, /dev and the mounts that hold the
+# PATHs (the root, its layers and binds): every other mount is detached from
+# this namespace (umount -l, which leaves the host's untouched).
+drop_inherited_mounts() {
+	local point p keep paths=()
+	for p in "$@"; do paths+=("$(realpath -m -- "$p")"); done
+	while read -r point; do
+		point=$(printf '%b' "$point") # mountinfo escapes spaces as \040
+		case $point in / | /proc | /proc/* | /sys | /sys/* | /dev | /dev/*) continue ;; esac
+		keep=0
+		for p in "${paths[@]}"; do
+			[[ $p == "$point" || $p == "$point"/* ]] && keep=1 && break
+		done
+		((keep)) || umount -l -- "$point" 2>/dev/null || true
+	done < <(awk '{print $5}' /proc/self/mountinfo | tac)
 }
 
 # reap ROOT: unmount the loop-device filesystems under ROOT and detach the
