@@ -60,6 +60,8 @@ func TestCryptsetupFormatsAFile(t *testing.T) {
 	for _, re := range []string{
 		`(?m)^Version:\s+2$`, `(?m)^Subsystem:\s+rbdcsi$`, `(?m)^\s+cipher:\s+aes-xts-plain64$`,
 		`(?m)^\s+Key:\s+512 bits$`, `(?m)^\s+PBKDF:\s+pbkdf2$`, `(?m)^\s+Hash:\s+sha256$`, `(?m)^\s+Iterations:\s+1000$`,
+		// The user's data starts at DataOffset, as changed-block tracking reckons.
+		`(?m)^\s+offset:\s+16777216 \[bytes\]$`,
 	} {
 		if !regexp.MustCompile(re).Match(dump) {
 			t.Errorf("luksDump does not match %s:\n%s", re, dump)

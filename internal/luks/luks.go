@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/rbdcsi/rbdcsi/internal/command"
@@ -33,6 +34,14 @@ const subsystem = "rbdcsi"
 // minKeyBytes: with full entropy, 32 bytes cannot be guessed, which is
 // what lets Format use the cheapest PBKDF. A shorter key could be.
 const minKeyBytes = 32
+
+// DataOffset is where Format puts the encrypted data on the device: the
+// LUKS2 header (two 16 KiB metadata copies and the keyslots area) comes
+// before it. cryptsetup's default for LUKS2 is the same 16 MiB, aligned to
+// RBD's 4 MiB objects; Format asks for it explicitly, so that the offset a
+// byte of the user's device has in the image is fixed (the controller's
+// changed-block tracking translates by it) whatever cryptsetup's defaults.
+const DataOffset = 16 << 20
 
 // maxNameBytes is device-mapper's limit on a name (DM_NAME_LEN less its NUL).
 const maxNameBytes = 127
@@ -125,7 +134,7 @@ func (l *LUKS) Format(ctx context.Context, device string, key []byte) error {
 	args := []string{"luksFormat", "--type", "luks2", "--batch-mode",
 		"--cipher", "aes-xts-plain64", "--key-size", "512",
 		"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--hash", "sha256",
-		"--subsystem", subsystem, "--key-file", "-", device}
+		"--offset", strconv.Itoa(DataOffset / 512), "--subsystem", subsystem, "--key-file", "-", device}
 	if _, err := l.run.RunInput(ctx, key, tool, args...); err != nil {
 		return fmt.Errorf("formatting %s as LUKS2: %w", device, err)
 	}

@@ -133,7 +133,7 @@ func TestFormat(t *testing.T) {
 	}
 	want := []string{
 		"cryptsetup isLuks /dev/rbd0",
-		"cryptsetup luksFormat --type luks2 --batch-mode --cipher aes-xts-plain64 --key-size 512 --pbkdf pbkdf2 --pbkdf-force-iterations 1000 --hash sha256 --subsystem rbdcsi --key-file - /dev/rbd0",
+		"cryptsetup luksFormat --type luks2 --batch-mode --cipher aes-xts-plain64 --key-size 512 --pbkdf pbkdf2 --pbkdf-force-iterations 1000 --hash sha256 --offset 32768 --subsystem rbdcsi --key-file - /dev/rbd0",
 	}
 	if got := f.argv(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("argv:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

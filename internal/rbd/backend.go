@@ -106,6 +106,7 @@ type Backend interface {
 	Unblocklist(ctx context.Context, monHost string, cred cluster.Credentials, addr string) error
 
 	GroupBackend
+	DataBackend
 }
 
 // GroupBackend is RBD groups and their snapshots: one snapshot taken at

@@ -81,7 +81,10 @@ type ImageInfo struct {
 
 // SnapInfo describes one snapshot of an image (user namespace only).
 type SnapInfo struct {
-	Name    string
+	Name string
+	// ID is RBD's snapshot ID: IDs grow with each snapshot of an image,
+	// whatever its namespace (user, group, trash), so they order them.
+	ID      uint64
 	Size    uint64
 	Created time.Time
 }
@@ -89,6 +92,9 @@ type SnapInfo struct {
 // Parent names the snapshot a clone was made from.
 type Parent struct {
 	Pool, Image, ImageID, Snap string
+	// SnapID names the snapshot in any namespace: a group snapshot's
+	// image snapshot has a name of librbd's making.
+	SnapID uint64
 	// Trash is set when the parent image is in the RBD trash.
 	Trash bool
 }

@@ -69,13 +69,13 @@ func (b *Backend) StatFamily(ctx context.Context, p rbd.Pool, name, id string) (
 			if err != nil {
 				return fmt.Errorf("snapshot time of %s@%s: %w", name, s.Name, classify(err))
 			}
-			f.Snaps = append(f.Snaps, rbd.SnapInfo{Name: s.Name, Size: s.Size, Created: time.Unix(ts.Sec, ts.Nsec)})
+			f.Snaps = append(f.Snaps, rbd.SnapInfo{Name: s.Name, ID: s.Id, Size: s.Size, Created: time.Unix(ts.Sec, ts.Nsec)})
 		}
 		parent, err := img.GetParent()
 		switch {
 		case err == nil:
 			f.Parent = &rbd.Parent{Pool: parent.Image.PoolName, Image: parent.Image.ImageName, ImageID: parent.Image.ImageID,
-				Snap: parent.Snap.SnapName, Trash: parent.Image.Trash}
+				Snap: parent.Snap.SnapName, SnapID: parent.Snap.ID, Trash: parent.Image.Trash}
 		case !errors.Is(classify(err), rbd.ErrNotFound):
 			return fmt.Errorf("parent of image %s: %w", name, classify(err))
 		}

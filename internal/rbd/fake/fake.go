@@ -97,6 +97,10 @@ type image struct {
 	created  time.Time
 	snaps    []*snapshot // by ID, ascending
 	parent   *link
+	// data is where the image was written (data.go); overlap, for a
+	// clone, is how many of its first bytes read the parent's data.
+	data    extentMap
+	overlap uint64
 	// watchers are the addresses of the clients that have it open;
 	// locker is the one holding its exclusive lock ("": none).
 	watchers []string
@@ -124,6 +128,10 @@ type snapshot struct {
 	// group, when set, is the ID of the group snapshot this snapshot was
 	// taken in: it is in the RBD group namespace, not the user's.
 	group string
+	// data, parent and overlap are the image's when it was taken.
+	data    extentMap
+	parent  *link
+	overlap uint64
 }
 
 type object struct {

@@ -156,8 +156,9 @@ func (c *Ceph) takeSnap(s *space, g *group, name string, imageIDs []string) (*gr
 			return gs, fmt.Errorf("group snapshot %s@%s: image id %s: %w", g.name, name, id, rbd.ErrNotFound)
 		}
 		c.nextID++
-		img.snaps = append(img.snaps, &snapshot{id: c.nextID, name: ".group." + g.id + "_" + gs.id, group: gs.id,
-			size: img.size, created: c.now(), children: map[string]bool{}})
+		sn := img.snapshot(c.nextID, ".group."+g.id+"_"+gs.id, c.now())
+		sn.group = gs.id
+		img.snaps = append(img.snaps, sn)
 		gs.members = append(gs.members, groupMember{imageID: id, snapID: c.nextID})
 	}
 	return gs, nil

@@ -116,6 +116,8 @@ func (img *image) info() rbd.ImageInfo {
 func (c *Ceph) Resize(ctx context.Context, p rbd.Pool, name string, size uint64) error {
 	return c.withImage(ctx, p, name, true, func(_ *space, img *image) error {
 		img.size = size
+		img.data = img.data.cut(size, max(size, maxEnd(img.data)))
+		img.overlap = min(img.overlap, size)
 		return nil
 	})
 }

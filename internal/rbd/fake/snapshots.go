@@ -41,14 +41,14 @@ func (c *Ceph) StatFamily(ctx context.Context, p rbd.Pool, name, id string) (rbd
 			// counts it.
 			f.TrashedSnaps++
 		case !sn.trash:
-			f.Snaps = append(f.Snaps, rbd.SnapInfo{Name: sn.name, Size: sn.size, Created: sn.created})
+			f.Snaps = append(f.Snaps, rbd.SnapInfo{Name: sn.name, ID: sn.id, Size: sn.size, Created: sn.created})
 		case len(sn.children) > 0:
 			f.TrashedSnaps++
 		}
 	}
 	if l := img.parent; l != nil {
 		parent, sn := c.parentOf(l)
-		f.Parent = &rbd.Parent{Pool: l.pool, ImageID: l.imageID}
+		f.Parent = &rbd.Parent{Pool: l.pool, ImageID: l.imageID, SnapID: l.snapID}
 		if parent != nil {
 			f.Parent.Image = parent.name
 		}
@@ -143,7 +143,7 @@ func (c *Ceph) CreateSnapshot(ctx context.Context, p rbd.Pool, name, snap string
 			return fmt.Errorf("snapshot %s/%s@%s: %w", p.Name, name, snap, rbd.ErrExists)
 		}
 		c.nextID++
-		img.snaps = append(img.snaps, &snapshot{id: c.nextID, name: snap, size: img.size, created: c.now(), children: map[string]bool{}})
+		img.snaps = append(img.snaps, img.snapshot(c.nextID, snap, c.now()))
 		return nil
 	})
 }
@@ -232,17 +232,20 @@ func (c *Ceph) link(ctx context.Context, parent, child rbd.Pool, name string, sp
 	}
 	img.meta = copyMap(pimg.meta)
 	img.parent = &link{pool: parent.Name, ns: parent.Namespace, imageID: pimg.id, snapID: sn.id}
+	img.overlap = sn.size
 	sn.children[childKey(child, img.id)] = true
 	return nil
 }
 
-// Flatten detaches a clone from its parent (the fake keeps no data to
-// copy); an image without a parent is ErrInvalid, as in librbd.
+// Flatten copies the parent's data a clone reads into it (as new writes,
+// as RBD's copy-up) and detaches it; an image without a parent is
+// ErrInvalid, as in librbd.
 func (c *Ceph) Flatten(ctx context.Context, p rbd.Pool, name string) error {
 	return c.withImage(ctx, p, name, true, func(_ *space, img *image) error {
 		if img.parent == nil {
 			return fmt.Errorf("flattening %s/%s: image has no parent: %w", p.Name, name, rbd.ErrInvalid)
 		}
+		c.copyUp(img)
 		c.detach(p, img)
 		return nil
 	})

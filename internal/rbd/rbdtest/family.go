@@ -99,8 +99,11 @@ func testClone(t *testing.T, s *suite) {
 	}
 	pf := s.family(parent)
 	f := s.family(child)
-	if f.Parent == nil || *f.Parent != (rbd.Parent{Pool: p.Name, Image: parent, ImageID: pf.ID, Snap: "snap"}) {
-		t.Fatalf("clone's parent %+v, want %s/%s (%s)@snap", f.Parent, p.Name, parent, pf.ID)
+	if len(pf.Snaps) != 1 || pf.Snaps[0].ID == 0 {
+		t.Fatalf("the parent's snapshots %+v, want one with an ID", pf.Snaps)
+	}
+	if f.Parent == nil || *f.Parent != (rbd.Parent{Pool: p.Name, Image: parent, ImageID: pf.ID, Snap: "snap", SnapID: pf.Snaps[0].ID}) {
+		t.Fatalf("clone's parent %+v, want %s/%s (%s)@snap (#%d)", f.Parent, p.Name, parent, pf.ID, pf.Snaps[0].ID)
 	}
 	err = b.Clone(ctx, p, p, child, rbd.CloneSpec{ParentImage: parent, ParentSnap: "snap", ImageSpec: rbd.ImageSpec{Features: []string{"layering"}}})
 	s.wantErr(err, "Clone onto a taken name", rbd.ErrExists)

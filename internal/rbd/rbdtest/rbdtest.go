@@ -75,6 +75,13 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"LockHolderOutlivesItsWatch", testLockHolderOutlivesItsWatch},
 		{"Pools", testPools},
 		{"Refusals", testRefusals},
+		{"DataDiffAllocatedAndDelta", testDataDiffAllocatedAndDelta},
+		{"DataDiffFromParent", testDataDiffFromParent},
+		{"DataDiffAfterResize", testDataDiffAfterResize},
+		{"DataDiffAfterDiscard", testDataDiffAfterDiscard},
+		{"DataMissingAndInvalid", testDataMissingAndInvalid},
+		{"DataDiffTakesNoLock", testDataDiffTakesNoLock},
+		{"DataDiffByID", testDataDiffByID},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
