@@ -210,6 +210,7 @@ func run(ctx context.Context, f flags) error {
 		}
 		defer ctrl.Close()
 		services.Controller = ctrl
+		services.SnapshotMetadata = ctrl.SnapshotMetadata()
 		// Group snapshots need librbd's rbd_clone4 (Squid 19+): served
 		// and advertised only where the library has it.
 		if err := ctrl.GroupSnapshots(); err != nil {
@@ -231,7 +232,8 @@ func run(ctx context.Context, f flags) error {
 	// A controller places volumes by topology wherever the CO asks for it;
 	// a node plugin advertises topology only when it reports its own, as
 	// the CSI spec requires of NodeGetInfo then.
-	caps := driver.Capabilities{Controller: services.Controller != nil, GroupController: services.GroupController != nil, Topology: f.mode == "controller" || len(topology) > 0}
+	caps := driver.Capabilities{Controller: services.Controller != nil, GroupController: services.GroupController != nil,
+		SnapshotMetadata: services.SnapshotMetadata != nil, Topology: f.mode == "controller" || len(topology) > 0}
 	services.Identity = driver.NewIdentity(f.driverName, version, caps, checks...)
 
 	l, cleanup, err := driver.Listen(f.endpoint)

@@ -29,6 +29,8 @@ type Capabilities struct {
 	Controller bool
 	// GroupController: the process serves the GroupController service.
 	GroupController bool
+	// SnapshotMetadata: the process serves the SnapshotMetadata service.
+	SnapshotMetadata bool
 	// Topology: volumes may be accessible from part of the cluster only
 	// (the controller places them by topology; a node reports its own).
 	Topology bool
@@ -45,7 +47,8 @@ func (i *Identity) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*c
 }
 
 // GetPluginCapabilities advertises online expansion, and the controller
-// service and topology where this process has them.
+// services (Controller, GroupController, SnapshotMetadata) and topology
+// where this process has them.
 func (i *Identity) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	resp := &csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{{
 		Type: &csi.PluginCapability_VolumeExpansion_{VolumeExpansion: &csi.PluginCapability_VolumeExpansion{
@@ -58,6 +61,7 @@ func (i *Identity) GetPluginCapabilities(context.Context, *csi.GetPluginCapabili
 	}{
 		{i.caps.Controller, csi.PluginCapability_Service_CONTROLLER_SERVICE},
 		{i.caps.GroupController, csi.PluginCapability_Service_GROUP_CONTROLLER_SERVICE},
+		{i.caps.SnapshotMetadata, csi.PluginCapability_Service_SNAPSHOT_METADATA_SERVICE},
 		{i.caps.Topology, csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS},
 	} {
 		if c.on {

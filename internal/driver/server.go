@@ -20,7 +20,9 @@ type Services struct {
 	// GroupController: volume group snapshots, where the controller
 	// can take them.
 	GroupController csi.GroupControllerServer
-	Node            csi.NodeServer
+	// SnapshotMetadata: changed-block tracking, beside the controller.
+	SnapshotMetadata csi.SnapshotMetadataServer
+	Node             csi.NodeServer
 }
 
 // Server serves CSI on one listener.
@@ -32,7 +34,7 @@ type Server struct {
 // Extra interceptors (metrics) run outside the logging one, in order.
 func NewServer(s Services, interceptors ...grpc.UnaryServerInterceptor) *Server {
 	chain := append(interceptors[:len(interceptors):len(interceptors)], logCalls) // never writes into the caller's slice
-	g := grpc.NewServer(grpc.ChainUnaryInterceptor(chain...))
+	g := grpc.NewServer(grpc.ChainUnaryInterceptor(chain...), grpc.ChainStreamInterceptor(logStreams))
 	if s.Identity != nil {
 		csi.RegisterIdentityServer(g, s.Identity)
 	}
@@ -41,6 +43,9 @@ func NewServer(s Services, interceptors ...grpc.UnaryServerInterceptor) *Server 
 	}
 	if s.GroupController != nil {
 		csi.RegisterGroupControllerServer(g, s.GroupController)
+	}
+	if s.SnapshotMetadata != nil {
+		csi.RegisterSnapshotMetadataServer(g, s.SnapshotMetadata)
 	}
 	if s.Node != nil {
 		csi.RegisterNodeServer(g, s.Node)
@@ -91,4 +96,33 @@ func logCalls(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler 
 		}
 	}
 	return resp, err
+}
+
+// logStreams logs each streamed call (SnapshotMetadata) with its outcome;
+// the request, read inside the handler, is logged as unary ones are, at
+// verbosity 5, through protosanitizer.
+func logStreams(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	start := time.Now()
+	err := handler(srv, &loggedStream{ServerStream: ss, method: info.FullMethod})
+	took := time.Since(start)
+	if err != nil {
+		klog.V(2).InfoS("call failed", "method", info.FullMethod, "code", status.Code(err), "err", err, "took", took)
+	} else {
+		klog.V(3).InfoS("call done", "method", info.FullMethod, "took", took)
+	}
+	return err
+}
+
+// loggedStream logs the request a streamed call receives.
+type loggedStream struct {
+	grpc.ServerStream
+	method string
+}
+
+func (s *loggedStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if v := klog.V(5); v.Enabled() && err == nil {
+		v.InfoS("call", "method", s.method, "request", protosanitizer.StripSecrets(m))
+	}
+	return err
 }

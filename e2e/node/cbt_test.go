@@ -1,0 +1,162 @@
+package node
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/rbdcsi/rbdcsi/e2e/harness"
+)
+
+// span is a byte range of a device, [off, off+n).
+type span struct{ off, n int64 }
+
+// snapshot takes a snapshot of v and deletes it when the test ends.
+func (e *env) snapshot(name string, v *csi.Volume) string {
+	e.t.Helper()
+	resp, err := e.cc.CreateSnapshot(ctx(e.t), &csi.CreateSnapshotRequest{Name: name, SourceVolumeId: v.VolumeId, Secrets: e.secrets()})
+	harness.Must(e.t, err, "CreateSnapshot %s", name)
+	id := resp.Snapshot.SnapshotId
+	e.t.Cleanup(func() {
+		_, err := e.cc.DeleteSnapshot(ctx(e.t), &csi.DeleteSnapshotRequest{SnapshotId: id, Secrets: e.secrets()})
+		harness.Must(e.t, err, "DeleteSnapshot %s", name)
+	})
+	return id
+}
+
+// spans reads a whole SnapshotMetadata stream; every message must carry
+// the volume's size.
+func spans(t *testing.T, size int64, recv func() ([]*csi.BlockMetadata, int64, error)) []span {
+	t.Helper()
+	var out []span
+	for {
+		blocks, capacity, err := recv()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		harness.Must(t, err, "reading the SnapshotMetadata stream")
+		if capacity != size {
+			t.Fatalf("volume_capacity_bytes %d, want %d", capacity, size)
+		}
+		for _, b := range blocks {
+			out = append(out, span{b.ByteOffset, b.SizeBytes})
+		}
+	}
+}
+
+// allocated and delta ask the plugin's SnapshotMetadata service, as the
+// external-snapshot-metadata sidecar does.
+func (e *env) allocated(snap string, size int64) []span {
+	e.t.Helper()
+	s, err := csi.NewSnapshotMetadataClient(e.p.Conn).GetMetadataAllocated(ctx(e.t), &csi.GetMetadataAllocatedRequest{SnapshotId: snap, Secrets: e.secrets()})
+	harness.Must(e.t, err, "GetMetadataAllocated")
+	return spans(e.t, size, func() ([]*csi.BlockMetadata, int64, error) {
+		r, err := s.Recv()
+		return r.GetBlockMetadata(), r.GetVolumeCapacityBytes(), err
+	})
+}
+
+func (e *env) delta(base, target string, size int64) []span {
+	e.t.Helper()
+	s, err := csi.NewSnapshotMetadataClient(e.p.Conn).GetMetadataDelta(ctx(e.t), &csi.GetMetadataDeltaRequest{BaseSnapshotId: base, TargetSnapshotId: target, Secrets: e.secrets()})
+	harness.Must(e.t, err, "GetMetadataDelta")
+	return spans(e.t, size, func() ([]*csi.BlockMetadata, int64, error) {
+		r, err := s.Recv()
+		return r.GetBlockMetadata(), r.GetVolumeCapacityBytes(), err
+	})
+}
+
+func sameSpans(t *testing.T, what string, got, want []span) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %v, want %v", what, got, want)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("%s: %v, want %v", what, got, want)
+		}
+	}
+}
+
+// copySpans copies the spans from one device to another, as a backup
+// and its restore move the ranges the service lists.
+func copySpans(t *testing.T, from, to string, ss []span) {
+	t.Helper()
+	f, err := os.Open(from)
+	harness.Must(t, err, "open %s", from)
+	defer f.Close()
+	for _, s := range ss {
+		buf := make([]byte, s.n)
+		_, err := f.ReadAt(buf, s.off)
+		harness.Must(t, err, "read %d bytes at %d of %s", s.n, s.off, from)
+		writeAt(t, to, s.off, buf)
+	}
+}
+
+func deviceBytes(t *testing.T, dev string, size int64) []byte {
+	t.Helper()
+	f, err := os.Open(dev)
+	harness.Must(t, err, "open %s", dev)
+	defer f.Close()
+	buf := make([]byte, size)
+	_, err = f.ReadAt(buf, 0)
+	harness.Must(t, err, "read %s", dev)
+	return buf
+}
+
+// An encrypted volume's backup, as a tool on changed-block tracking takes
+// it: the ranges come in the offsets of the device the user writes (the
+// LUKS header before it is left out), a full copy of the first snapshot
+// from its allocated ranges plus the second's delta, written to another
+// encrypted volume with a key of its own, read as the second snapshot
+// does. The volume is first written whole: a range never written reads
+// as noise through dm-crypt, different under each key, and is no data of
+// the user's.
+func TestEncryptedBackupRoundTrip(t *testing.T) {
+	e := setupCrypt(t)
+	const size = 40 * mib
+	const device = size - luksHeader
+	c := blockCap(singleWriter)
+	src := e.createVolume("cbt-src", size, c, encrypted("tenant-a")...)
+	dev := e.mountAt(src, "src", c)
+
+	// Staged, the image holds its LUKS header and nothing of the user's.
+	s0 := e.snapshot("cbt-s0", src)
+	sameSpans(t, "allocated right after the format", e.allocated(s0, size), nil)
+
+	want := pattern(device, "full")
+	writeAt(t, dev, 0, want)
+	s1 := e.snapshot("cbt-s1", src)
+	changes := []span{{mib + 4096, 8192}, {10 * mib, mib}, {20*mib - 4096, 8192}}
+	for _, s := range changes {
+		b := pattern(int(s.n), "change")
+		writeAt(t, dev, s.off, b)
+		copy(want[s.off:], b)
+	}
+	s2 := e.snapshot("cbt-s2", src)
+
+	full := e.allocated(s1, size)
+	sameSpans(t, "allocated of the written volume", full, []span{{0, device}})
+	delta := e.delta(s1, s2, size)
+	// Every object held data in s1: Ceph reports a rewrite to the byte.
+	sameSpans(t, "delta", delta, changes)
+
+	first := e.mountAt(e.createFrom("cbt-r1", size, c, snapshotSource(s1), encrypted("tenant-a")...), "r1", c)
+	second := e.mountAt(e.createFrom("cbt-r2", size, c, snapshotSource(s2), encrypted("tenant-a")...), "r2", c)
+	backup := e.mountAt(e.createVolume("cbt-copy", size, c, encrypted("tenant-b")...), "copy", c)
+	copySpans(t, first, backup, full)
+	copySpans(t, second, backup, delta)
+	got := deviceBytes(t, backup, device)
+	if !bytes.Equal(got, deviceBytes(t, second, device)) || !bytes.Equal(got, want) {
+		t.Fatalf("the copy made from the allocated ranges and the delta (%s) differs from snapshot 2 (%s; written %s)",
+			sum(got), sum(deviceBytes(t, second, device)), sum(want))
+	}
+}
+
+func snapshotSource(id string) *csi.VolumeContentSource {
+	return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: id}}}
+}
