@@ -14,7 +14,8 @@
 #   rbdcsi-site-VERSION.tar.gz     rbdcsi-site-VERSION/ holding site/ (deploy/site,
 #                                  the overlay a user fills in, its image the
 #                                  release's) over kubernetes/ (rbdcsi.yaml),
-#                                  beside snapshotclass/ and topology/: the
+#                                  beside snapshotclass/, topology/ and
+#                                  snapshot-metadata/: the
 #                                  layout of deploy/, so the overlay's paths
 #                                  hold in both (docs/install.md)
 #   SHA256SUMS
@@ -110,8 +111,8 @@ kind: Kustomization
 resources:
   - rbdcsi.yaml
 EOF
-cp -r "$ROOT/deploy/site" "$ROOT/deploy/snapshotclass" "$ROOT/deploy/topology" "$work/$top/"
-rm -f "$work/$top/site/"{userID,userKey,nodeUserID,nodeUserKey}
+cp -r "$ROOT/deploy/site" "$ROOT/deploy/snapshotclass" "$ROOT/deploy/topology" "$ROOT/deploy/snapshot-metadata" "$work/$top/"
+rm -f "$work/$top/site/"{userID,userKey,nodeUserID,nodeUserKey} "$work/$top/snapshot-metadata/"{tls.crt,tls.key,ca.crt,ca.crt.base64}
 sed -i "s#^pluginImage=.*#pluginImage=$REPO:$VERSION#" "$work/$top/site/settings.env"
 grep -qx "pluginImage=$REPO:$VERSION" "$work/$top/site/settings.env" || die "deploy/site/settings.env sets no pluginImage"
 # The tarball renders, and to the release's image (test files stand in
@@ -121,6 +122,13 @@ cp -r "$work/$top/." "$work/check/"
 for f in userID userKey nodeUserID nodeUserKey; do printf 'x' >"$work/check/site/$f"; done
 (cd "$ROOT" && go run ./scripts/kustomize "$work/check/site") >"$work/check.yaml" || die "the site overlay of the tarball does not build"
 (($(grep -c "image: $REPO:$VERSION\$" "$work/check.yaml") == 2)) || die "the site overlay of the tarball does not run $REPO:$VERSION"
+# And with the changed-block tracking component, as docs/backup.md adds it.
+printf 'components:\n  - ../snapshot-metadata\n' >>"$work/check/site/kustomization.yaml"
+for f in tls.crt tls.key ca.crt; do printf 'x' >"$work/check/snapshot-metadata/$f"; done
+printf 'eA==' >"$work/check/snapshot-metadata/ca.crt.base64"
+(cd "$ROOT" && go run ./scripts/kustomize "$work/check/site") >"$work/check.yaml" ||
+	die "the site overlay of the tarball does not build with the snapshot-metadata component"
+grep -qx 'kind: SnapshotMetadataService' "$work/check.yaml" || die "the snapshot-metadata component adds no SnapshotMetadataService"
 tar --owner=0 --group=0 --numeric-owner --sort=name -C "$work" -czf "$DIST/rbdcsi-site-$VERSION.tar.gz" "$top"
 
 (cd "$DIST" && sha256sum -- * >SHA256SUMS)

@@ -15,9 +15,12 @@ import (
 // seccomp profile, no privilege escalation, no capabilities, a read-only
 // root filesystem, no host paths. What it mounts from a Secret its user
 // can read through fsGroup.
-func TestControllerRunsRestricted(t *testing.T) {
+func TestControllerRunsRestricted(t *testing.T) { eachInstall(t, checkControllerRestricted) }
+
+func checkControllerRestricted(t *testing.T, m *manifests) {
+	t.Helper()
 	found := false
-	for _, w := range workloads(installed(t)) {
+	for _, w := range workloads(m) {
 		if mustFlags(t, oneContainer(t, w, pluginRepo))["mode"] != "controller" {
 			continue
 		}

@@ -35,7 +35,8 @@ func writeValues(t *testing.T, values string) string {
 // `helm install` stops with a message that says what to do, before any
 // object is made, instead of failing part-way on the VolumeSnapshotClass;
 // volumeSnapshotClasses: [] installs without. The same for ServiceMonitors
-// and the Prometheus Operator's CRDs. (helm lint renders as neither an
+// and the Prometheus Operator's CRDs, and for changed-block tracking and
+// the SnapshotMetadataService CRD. (helm lint renders as neither an
 // install nor an upgrade, and passes without them: TestHelmLintStrict.)
 func TestHelmChecksCRDs(t *testing.T) {
 	site := filepath.Join(helmValuesDir, "site.yaml")
@@ -62,6 +63,15 @@ func TestHelmChecksCRDs(t *testing.T) {
 	_, stderr, err = helmTemplateFor(t, helmCRDKinds[:1], site, monitors)
 	if err == nil || !strings.Contains(stderr, "the Prometheus Operator's CRDs are not installed") {
 		t.Errorf("ServiceMonitors without their CRDs: %v, want the chart's message\n%s", err, stderr)
+	}
+
+	cbt := writeValues(t, "snapshotMetadata: {enabled: true}")
+	_, stderr, err = helmTemplateFor(t, helmCRDKinds[:2], site, cbt)
+	if err == nil || !strings.Contains(stderr, "the SnapshotMetadataService CRD is not installed") {
+		t.Errorf("snapshotMetadata without its CRD: %v, want the chart's message\n%s", err, stderr)
+	}
+	if _, stderr, err = helmTemplateFor(t, helmCRDKinds, site, cbt); err != nil {
+		t.Errorf("snapshotMetadata with its CRD: %v\n%s", err, stderr)
 	}
 }
 

@@ -8,11 +8,14 @@ package manifests
 
 import (
 	"encoding/json"
+	"encoding/pem"
 	"maps"
+	"net"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -30,6 +33,7 @@ import (
 // rules). The messages are logged so a reader can judge them.
 func TestHelmSchemaRefusesBadValues(t *testing.T) {
 	base := filepath.Join(helmValuesDir, "site.yaml")
+	caCert := strconv.Quote(testServingCert(t)["ca.crt"]) // a YAML double-quoted string
 	for _, tc := range []struct {
 		name, values string
 		want         string // in helm's error output; "" for values that must pass
@@ -78,6 +82,23 @@ nodeRegistry: a/rbd`, `clusterID "a" is listed twice`},
 		{"negative QoS limit", "storageClasses: [{name: a, pool: rbd, parameters: {maxIops: -5}}]",
 			"'/storageClasses/0/parameters/maxIops': minimum: got -5, want 0"},
 		{"extraArgs not a flag", "controller: {extraArgs: [foo]}", "'/controller/extraArgs/0': 'foo' does not match pattern"},
+		{"changed-block tracking", "snapshotMetadata: {enabled: true, audience: backup.example.org}", ""},
+		{"changed-block tracking with a Secret of one's own",
+			"snapshotMetadata: {enabled: true, tls: {existingSecret: my-cert, caCert: " + caCert + "}}", ""},
+		{"snapshotMetadata.enabled not a boolean", `snapshotMetadata: {enabled: "yes"}`,
+			"'/snapshotMetadata/enabled': got string, want boolean"},
+		{"snapshotMetadata key typo", "snapshotMetadata: {enabled: true, tls: {secretName: my-cert}}",
+			"additional properties 'secretName' not allowed"},
+		{"existingSecret without caCert", "snapshotMetadata: {enabled: true, tls: {existingSecret: my-cert}}",
+			"snapshotMetadata.tls.existingSecret needs snapshotMetadata.tls.caCert"},
+		{"caCert without existingSecret", "snapshotMetadata: {enabled: true, tls: {caCert: " + caCert + "}}",
+			"snapshotMetadata.tls.caCert is only for snapshotMetadata.tls.existingSecret"},
+		{"caCert not a PEM certificate", "snapshotMetadata: {tls: {existingSecret: my-cert, caCert: LS0tLS1CRUdJTg==}}",
+			"'/snapshotMetadata/tls/caCert': 'LS0tLS1CRUdJTg==' does not match pattern"},
+		{"existingSecret not a Secret name", "snapshotMetadata: {tls: {existingSecret: My_Cert, caCert: " + caCert + "}}",
+			"'/snapshotMetadata/tls/existingSecret': 'My_Cert' does not match pattern"},
+		{"snapshot-metadata image tag latest", "images: {snapshotMetadata: {tag: latest}}",
+			"images.snapshotMetadata.tag: \"latest\" is not a pinned version"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "values.yaml")
@@ -240,6 +261,49 @@ var helmSanity = map[string]func(*testing.T, *rendered){
 			if !strings.HasPrefix(w.name, "Deployment/storage-rbd-") && !strings.HasPrefix(w.name, "DaemonSet/storage-rbd-") {
 				t.Errorf("%s: not named after fullnameOverride storage-rbd", w.name)
 			}
+		}
+		// In the hosts' network, each listener binds the pod's address,
+		// but the snapshot-metadata sidecar's gRPC port, which cannot.
+		for _, w := range workloads(r.manifests) {
+			for _, c := range w.spec.Containers {
+				for flag, addr := range mustFlags(t, c) {
+					if !w.spec.HostNetwork || !slices.Contains([]string{"http-endpoint", "metrics-address", "health-address"}, flag) {
+						continue
+					}
+					host, _, err := net.SplitHostPort(addr)
+					if err == nil {
+						host, err = expandEnv(c, host, map[string]string{"status.podIP": "192.0.2.1"})
+					}
+					if err != nil || host == "" || host == "0.0.0.0" || host == "::" {
+						t.Errorf("%s/%s: --%s=%s does not bind one address of the node (%v)", w.name, c.Name, flag, addr, err)
+					}
+				}
+			}
+		}
+		// Changed-block tracking with a certificate of the site's: its
+		// Secret, the CA and the audience the values give.
+		sms, secret, rendered := checkSnapshotMetadata(t, r.manifests)
+		if secret != "snapshot-metadata-cert" || rendered {
+			t.Errorf("the sidecar's certificate is Secret %s (rendered: %v), want the values' snapshot-metadata-cert, made before", secret, rendered)
+		}
+		if block, _ := pem.Decode(sms.Spec.CACert); block == nil || block.Type != "CERTIFICATE" {
+			t.Errorf("SnapshotMetadataService %s: caCert is not the values' PEM certificate: %q", sms.Name, sms.Spec.CACert)
+		}
+		if sms.Name != "rbd.example.org" || sms.Spec.Audience != "backup.example.org" || sms.Spec.Address != "storage-rbd-snapshot-metadata.rbdcsi:6443" {
+			t.Errorf("SnapshotMetadataService %s: audience %s, address %s; want the values' driver name, audience and fullnameOverride",
+				sms.Name, sms.Spec.Audience, sms.Spec.Address)
+		}
+	},
+	"snapshot-metadata.yaml": func(t *testing.T, r *rendered) {
+		// The chart's own certificate, for its Service's names
+		// (checkSnapshotMetadata verifies it), and the driver name as
+		// the audience.
+		sms, secret, rendered := checkSnapshotMetadata(t, r.manifests)
+		if !rendered {
+			t.Errorf("the chart renders no Secret %s of the sidecar's certificate", secret)
+		}
+		if sms.Spec.Audience != "rbd.csi.rbdcsi.dev" {
+			t.Errorf("SnapshotMetadataService %s: audience %q, want the driver name", sms.Name, sms.Spec.Audience)
 		}
 	},
 	"minimal.yaml": func(t *testing.T, r *rendered) {

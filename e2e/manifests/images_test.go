@@ -10,9 +10,11 @@ import (
 
 // TestImages: every image is pinned by a tag that is not "latest"; the
 // sidecars come from registry.k8s.io/sig-storage at the chosen majors, and
-// the same tag is used for a sidecar everywhere.
+// the same tag is used for a sidecar everywhere: in the files, and in an
+// install with changed-block tracking, whose sidecar is in a patch.
 func TestImages(t *testing.T) {
 	m := loadAll(t)
+	ws := append(workloads(m), workloads(installedWithSnapshotMetadata(t))...)
 	tags := map[string]string{}
 	check := func(where, image string) {
 		repo, tag := imageRepo(image)
@@ -28,7 +30,7 @@ func TestImages(t *testing.T) {
 			t.Errorf("%s: %s:%s, want a %sx tag", where, repo, tag, major)
 		}
 	}
-	for _, w := range workloads(m) {
+	for _, w := range ws {
 		for _, c := range append(slices.Clone(w.spec.InitContainers), w.spec.Containers...) {
 			check(w.name+"/"+c.Name, c.Image)
 			if c.ImagePullPolicy == corev1.PullAlways {

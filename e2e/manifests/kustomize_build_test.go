@@ -75,13 +75,15 @@ func checkPluginArgs(t *testing.T, what string, c corev1.Container, want ...stri
 // component the base and its RBAC, with the flag and the token on the node
 // plugin; the site with the e2e component (and topology, as make e2e adds
 // them through docs/install.md) the site's objects, images and users with
-// the e2e flags.
+// the e2e flags; an install with the snapshot-metadata component its
+// objects and its sidecar (checkSnapshotMetadataBuild), also before the
+// e2e component.
 func TestKustomizeBuild(t *testing.T) {
 	loaded := loadAll(t)
 	baseFiles, snapFiles := loaded.inDir(kubernetesDir).keys(), loaded.inDir(snapshotDir).keys()
 
 	// Every kustomization under deploy/ is one of those rendered here.
-	rendered := []string{kubernetesDir, topologyDir, siteDir, snapshotDir, e2eDir}
+	rendered := []string{kubernetesDir, topologyDir, siteDir, snapshotDir, e2eDir, snapMetaDir}
 	var shipped []string
 	for _, f := range yamlFiles(t, ".") {
 		if isKustomization(f) {
@@ -99,7 +101,11 @@ func TestKustomizeBuild(t *testing.T) {
 	sameKeys(t, "kustomize build deploy/snapshotclass", kustomizeBuild(t, fsys, "/deploy/snapshotclass").keys(), snapFiles)
 	site := kustomizeBuild(t, fsys, "/deploy/site").keys()
 	sameKeys(t, "kustomize build deploy/site", site, union(baseFiles, siteGenerated))
-	sameKeys(t, "deploy/site with deploy/snapshotclass", installed(t).keys(), union(site, snapFiles))
+	inst := installed(t).keys()
+	sameKeys(t, "deploy/site with deploy/snapshotclass", inst, union(site, snapFiles))
+	cbt := installedWithSnapshotMetadata(t)
+	sameKeys(t, "deploy/site and deploy/snapshotclass with deploy/snapshot-metadata", cbt.keys(), union(inst, snapshotMetadataObjects(t)))
+	checkSnapshotMetadataBuild(t, "with deploy/snapshot-metadata", cbt)
 
 	withTopology := kustomizeBuild(t, fsys, "/deploy/with-topology")
 	sameKeys(t, "deploy/kubernetes with deploy/topology", withTopology.keys(), union(baseFiles, topologyObjects(t)))
@@ -119,6 +125,42 @@ func TestKustomizeBuild(t *testing.T) {
 	checkPluginArgs(t, "deploy/e2e: the node plugin", nodePlugin(t, e2e),
 		"--domain-labels=topology.kubernetes.io/zone", "--default-mounter=fuse", "--registration-dir=/registration")
 	checkPluginArgs(t, "deploy/e2e: the controller plugin", controllerPlugin(t, e2e), "--health-address=:9808")
+	// deploy/e2e adds flags to containers/0, which must still be the plugin.
+	cbtE2E := kustomizeBuild(t, fsys, "/deploy/cbt-e2e-site")
+	checkPluginArgs(t, "deploy/snapshot-metadata, then deploy/e2e: the controller plugin", controllerPlugin(t, cbtE2E), "--health-address=:9808")
+	checkSnapshotMetadataBuild(t, "deploy/snapshot-metadata, then deploy/e2e", cbtE2E)
+}
+
+// checkSnapshotMetadataBuild: the component appended its sidecar to the
+// controller pods, after the containers that were there (the plugin
+// stays first: kubectl's default container, and what patches of
+// containers/0 mean), with its arguments and its certificate's Secret
+// mounted read-only where they point; and the SnapshotMetadataService
+// carries the CA the site gave (testServingCert).
+func checkSnapshotMetadataBuild(t *testing.T, what string, m *manifests) {
+	t.Helper()
+	spec := only[*appsv1.Deployment](t, m, "Deployment").Spec.Template.Spec
+	var names []string
+	for _, c := range spec.Containers {
+		names = append(names, c.Name)
+	}
+	if len(names) < 2 || names[0] != "rbdplugin" || names[len(names)-1] != "csi-snapshot-metadata" {
+		t.Fatalf("%s: the controller's containers are %q, want the plugin first and the sidecar last", what, names)
+	}
+	sidecar := spec.Containers[len(names)-1]
+	want := []string{"--csi-address=/csi/csi.sock", "--port=50051", "--tls-cert=/etc/rbdcsi/snapshot-metadata-tls/tls.crt",
+		"--tls-key=/etc/rbdcsi/snapshot-metadata-tls/tls.key", "--http-endpoint=:8084", "--timeout=150s", "--v=2"}
+	if !slices.Equal(sidecar.Args, want) {
+		t.Errorf("%s: the sidecar's arguments are %q, want %q", what, sidecar.Args, want)
+	}
+	v, mnt, _, err := resolve(spec, sidecar, "/etc/rbdcsi/snapshot-metadata-tls/tls.crt")
+	if err != nil || v.Secret == nil || v.Secret.SecretName != "rbdcsi-snapshot-metadata-tls" || !mnt.ReadOnly {
+		t.Errorf("%s: the sidecar's certificate is not Secret rbdcsi-snapshot-metadata-tls, mounted read-only (%v)", what, err)
+	}
+	sms := only[*snapshotMetadataService](t, m, "SnapshotMetadataService")
+	if ca := testServingCert(t)["ca.crt"]; string(sms.Spec.CACert) != ca {
+		t.Errorf("%s: SnapshotMetadataService %s: caCert is not the base64 of the site's ca.crt", what, sms.Name)
+	}
 }
 
 // checkE2E: the e2e component changes no image and no pull policy (the

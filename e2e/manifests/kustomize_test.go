@@ -20,6 +20,7 @@ const (
 	siteDir       = "site"
 	snapshotDir   = "snapshotclass"
 	e2eDir        = "e2e"
+	snapMetaDir   = "snapshot-metadata"
 	siteUserValue = "helm/values/site.yaml"
 	originKey     = "config.kubernetes.io/origin"
 )
@@ -59,15 +60,18 @@ func siteUserFiles(t *testing.T) map[string]string {
 // deployFS is an in-memory copy of deploy/ (the directories with
 // kustomizations) with deploy/site filled in as a user fills it in: its
 // user files written, and the files in site (name -> content) replacing
-// the shipped ones. Beside them, the kustomizations users and scripts
-// write: the base with the topology component, the site with the topology
-// and e2e components (as make e2e runs docs/install.md), and "installed":
-// what an install applies (deploy/site, then deploy/snapshotclass), with
-// kustomize's origin annotations, which name each object's file.
+// the shipped ones; and deploy/snapshot-metadata's certificate files
+// written (testServingCert). Beside them, the kustomizations users and
+// scripts write: the base with the topology component, the site with the
+// topology and e2e components (as make e2e runs docs/install.md), and
+// "installed": what an install applies (deploy/site, then
+// deploy/snapshotclass), with kustomize's origin annotations, which name
+// each object's file; "installed-cbt" the same with the snapshot-metadata
+// component, and "cbt-e2e-site" the site with it before the e2e's.
 func deployFS(t *testing.T, site map[string]string) filesys.FileSystem {
 	t.Helper()
 	fsys := filesys.MakeFsInMemory()
-	for _, dir := range []string{kubernetesDir, topologyDir, siteDir, snapshotDir, e2eDir} {
+	for _, dir := range []string{kubernetesDir, topologyDir, siteDir, snapshotDir, e2eDir, snapMetaDir} {
 		err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
 				return err
@@ -91,10 +95,18 @@ func deployFS(t *testing.T, site map[string]string) filesys.FileSystem {
 			t.Fatal(err)
 		}
 	}
+	for name, content := range testServingCert(t) {
+		if err := fsys.WriteFile("/deploy/"+snapMetaDir+"/"+name, []byte(content)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for dir, k := range map[string]string{
 		"/deploy/with-topology": "resources: [../kubernetes]\ncomponents: [../topology]\n",
 		"/deploy/e2e-site":      "resources: [../site]\ncomponents: [../topology, ../e2e]\n",
 		"/deploy/installed":     "resources: [../site, ../snapshotclass]\nbuildMetadata: [originAnnotations]\n",
+		"/deploy/installed-cbt": "resources: [../site, ../snapshotclass]\ncomponents: [../snapshot-metadata]\n" +
+			"buildMetadata: [originAnnotations]\n",
+		"/deploy/cbt-e2e-site": "resources: [../site]\ncomponents: [../snapshot-metadata, ../topology, ../e2e]\n",
 	} {
 		doc := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n" + k
 		if err := fsys.WriteFile(dir+"/kustomization.yaml", []byte(doc)); err != nil {
@@ -177,6 +189,26 @@ func takeOrigin(t *testing.T, obj runtime.Object) string {
 func installed(t *testing.T) *manifests {
 	t.Helper()
 	return kustomizeBuild(t, deployFS(t, nil), "/deploy/installed")
+}
+
+// installedWithSnapshotMetadata is installed's install with changed-block
+// tracking: the same with `components: [../snapshot-metadata]`.
+func installedWithSnapshotMetadata(t *testing.T) *manifests {
+	t.Helper()
+	return kustomizeBuild(t, deployFS(t, nil), "/deploy/installed-cbt")
+}
+
+// eachInstall runs check, as a subtest, on each install kustomize makes
+// of the shipped files: without and with changed-block tracking, which
+// adds a sidecar to the controller pods.
+func eachInstall(t *testing.T, check func(*testing.T, *manifests)) {
+	t.Helper()
+	for _, in := range []struct {
+		name  string
+		build func(*testing.T) *manifests
+	}{{"site", installed}, {"site+snapshot-metadata", installedWithSnapshotMetadata}} {
+		t.Run(in.name, func(t *testing.T) { check(t, in.build(t)) })
+	}
 }
 
 func objectKey(o runtime.Object, gvk schema.GroupVersionKind) string {

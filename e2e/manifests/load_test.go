@@ -39,7 +39,7 @@ func newScheme(t testing.TB) *runtime.Scheme {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		corev1.AddToScheme, appsv1.AddToScheme, rbacv1.AddToScheme, storagev1.AddToScheme, snapv1.AddToScheme,
-		groupsnapv1.AddToScheme,
+		groupsnapv1.AddToScheme, addSnapshotMetadataService,
 	} {
 		if err := add(s); err != nil {
 			t.Fatal(err)
@@ -290,6 +290,18 @@ driver: a.b.c
 deletionPolicy: Delete
 parameter: {}
 `,
+		"unknown SnapshotMetadataService field": `
+apiVersion: cbt.storage.k8s.io/v1beta1
+kind: SnapshotMetadataService
+metadata: {name: x}
+spec: {address: "a.b:6443", audience: x, caCert: eA==, caBundle: eA==}
+`,
+		"SnapshotMetadataService caCert not base64": `
+apiVersion: cbt.storage.k8s.io/v1beta1
+kind: SnapshotMetadataService
+metadata: {name: x}
+spec: {address: "a.b:6443", audience: x, caCert: set-from-the-tls-secret}
+`,
 		"unregistered kind": `
 apiVersion: v1
 kind: NoSuchKind
@@ -308,6 +320,15 @@ spec: {source: {persistentVolumeClaimName: p}}
 `
 	if _, _, err := dec.Decode([]byte(ok), nil, nil); err != nil {
 		t.Errorf("a valid VolumeSnapshot: %v", err)
+	}
+	sms := `
+apiVersion: cbt.storage.k8s.io/v1beta1
+kind: SnapshotMetadataService
+metadata: {name: x}
+spec: {address: "a.b:6443", audience: x, caCert: eA==}
+`
+	if obj, _, err := dec.Decode([]byte(sms), nil, nil); err != nil || string(obj.(*snapshotMetadataService).Spec.CACert) != "x" {
+		t.Errorf("a valid SnapshotMetadataService: %v, %v", obj, err)
 	}
 }
 

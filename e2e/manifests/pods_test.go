@@ -25,13 +25,15 @@ const (
 	snapshotterRepo = sigStorage + "csi-snapshotter"
 	registrarRepo   = sigStorage + "csi-node-driver-registrar"
 	livenessRepo    = sigStorage + "livenessprobe"
+	// With deploy/snapshot-metadata or the chart's snapshotMetadata.
+	snapshotMetadataRepo = sigStorage + "csi-snapshot-metadata"
 )
 
 // sidecarMajors pins each sidecar's major version (the choice:
 // provisioner v6 and resizer v2 need Kubernetes >= 1.34).
 var sidecarMajors = map[string]string{
 	provisionerRepo: "v6.", attacherRepo: "v4.", resizerRepo: "v2.", snapshotterRepo: "v8.",
-	registrarRepo: "v2.", livenessRepo: "v2.",
+	registrarRepo: "v2.", livenessRepo: "v2.", snapshotMetadataRepo: "v1.",
 }
 
 // workload is a pod template with where it came from.

@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"maps"
 	"strings"
 	"testing"
 
@@ -22,9 +23,18 @@ var levels = []psa.Level{psa.LevelRestricted, psa.LevelBaseline, psa.LevelPrivil
 // So the controller's namespace is "restricted" and only the node plugin's
 // is "privileged".
 func TestPodSecurity(t *testing.T) {
-	m := installed(t)
+	eachInstall(t, func(t *testing.T, m *manifests) { checkPodSecurity(t, m, nil) })
+}
+
+// checkPodSecurity checks TestPodSecurity's rules on m, whose namespaces
+// are those it holds and, made before the install, those of made.
+func checkPodSecurity(t *testing.T, m *manifests, made map[string]psa.Level) {
+	t.Helper()
 	namespaces, _ := all[*corev1.Namespace](m)
-	enforced := map[string]psa.Level{}
+	enforced := maps.Clone(made)
+	if enforced == nil {
+		enforced = map[string]psa.Level{}
+	}
 	for _, ns := range namespaces {
 		level, err := psa.ParseLevel(ns.Labels[psa.EnforceLevelLabel])
 		if err != nil {
@@ -35,7 +45,8 @@ func TestPodSecurity(t *testing.T) {
 	for _, o := range m.objects {
 		meta := o.obj.(interface{ GetNamespace() string })
 		switch o.obj.(type) {
-		case *corev1.Namespace, *storagev1.CSIDriver, *storagev1.StorageClass, *snapv1.VolumeSnapshotClass:
+		case *corev1.Namespace, *storagev1.CSIDriver, *storagev1.StorageClass, *snapv1.VolumeSnapshotClass,
+			*snapshotMetadataService:
 			if meta.GetNamespace() != "" {
 				t.Errorf("%s: cluster-scoped object with a namespace", o)
 			}

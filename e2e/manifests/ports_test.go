@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"net"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,8 +14,10 @@ import (
 // "metrics"; the sidecars' probes hit their own --http-endpoint; no two
 // listeners share a port in a pod; Services select the pods and name their
 // ports.
-func TestHealthAndMetricsWiring(t *testing.T) {
-	m := installed(t)
+func TestHealthAndMetricsWiring(t *testing.T) { eachInstall(t, checkWiring) }
+
+func checkWiring(t *testing.T, m *manifests) {
+	t.Helper()
 	ws := workloads(m)
 	for _, w := range ws {
 		plugin := oneContainer(t, w, pluginRepo)
@@ -26,6 +29,13 @@ func TestHealthAndMetricsWiring(t *testing.T) {
 			if !ok {
 				return 0
 			}
+			// The snapshot-metadata sidecar's gRPC --port takes no
+			// address: it listens on every one, in the host's network too
+			// (the chart's README says so).
+			grpcPort := flag == "port"
+			if grpcPort {
+				addr = ":" + addr
+			}
 			port, err := listenPort(addr)
 			if err != nil {
 				t.Errorf("%s/%s: --%s=%s: %v", w.name, c.Name, flag, addr, err)
@@ -33,7 +43,7 @@ func TestHealthAndMetricsWiring(t *testing.T) {
 			}
 			// In the host's network namespace, ":port" would listen on
 			// every interface of the node.
-			if host, _, _ := net.SplitHostPort(addr); w.spec.HostNetwork && (host == "" || host == "0.0.0.0" || host == "::") {
+			if host, _, _ := net.SplitHostPort(addr); !grpcPort && w.spec.HostNetwork && (host == "" || host == "0.0.0.0" || host == "::") {
 				t.Errorf("%s/%s: --%s=%s listens on every interface of the node: use $(POD_IP) or 127.0.0.1", w.name, c.Name, flag, addr)
 			}
 			if other, dup := listening[port]; dup {
@@ -51,10 +61,14 @@ func TestHealthAndMetricsWiring(t *testing.T) {
 			if c.Name == plugin.Name || c.Name == liveness.Name {
 				continue
 			}
-			if p := listen(c, "http-endpoint"); p != 0 && c.LivenessProbe != nil {
-				got, _, err := probePort(c, c.LivenessProbe)
-				if err != nil || got != p {
-					t.Errorf("%s/%s: livenessProbe port %d, --http-endpoint port %d (%v)", w.name, c.Name, got, p, err)
+			listen(c, "port")
+			p := listen(c, "http-endpoint")
+			for what, probe := range map[string]*corev1.Probe{"livenessProbe": c.LivenessProbe, "readinessProbe": c.ReadinessProbe} {
+				if probe == nil {
+					continue
+				}
+				if got, _, err := probePort(c, probe); err != nil || got != p {
+					t.Errorf("%s/%s: %s port %d, --http-endpoint port %d (%v)", w.name, c.Name, what, got, p, err)
 				}
 			}
 		}
@@ -105,10 +119,13 @@ func TestHealthAndMetricsWiring(t *testing.T) {
 			t.Errorf("Service %s selects no workload", svc.Name)
 			continue
 		}
-		plugin := oneContainer(t, *matched, pluginRepo)
+		// The target is a named port of one of the pod's containers.
 		for _, p := range svc.Spec.Ports {
-			if _, err := containerPort(plugin, p.TargetPort.String(), 0); err != nil {
-				t.Errorf("Service %s port %s: %v", svc.Name, p.Name, err)
+			if !slices.ContainsFunc(matched.spec.Containers, func(c corev1.Container) bool {
+				_, err := containerPort(c, p.TargetPort.String(), 0)
+				return err == nil
+			}) {
+				t.Errorf("Service %s port %s: target %s is no named port of %s", svc.Name, p.Name, p.TargetPort.String(), matched.name)
 			}
 		}
 	}

@@ -18,8 +18,10 @@ var sidecarSecretOps = []string{"provisioner", "controller-publish", "controller
 // TestSecretReaderNamesItsSecrets: the controller may get exactly the
 // Secrets the StorageClasses and VolumeSnapshotClasses name for its
 // sidecars, by name, and no other Secret of their namespace.
-func TestSecretReaderNamesItsSecrets(t *testing.T) {
-	m := installed(t)
+func TestSecretReaderNamesItsSecrets(t *testing.T) { eachInstall(t, checkSecretReader) }
+
+func checkSecretReader(t *testing.T, m *manifests) {
+	t.Helper()
 	ctrl := only[*appsv1.Deployment](t, m, "Deployment")
 	sa, ns := ctrl.Spec.Template.Spec.ServiceAccountName, ctrl.Namespace
 

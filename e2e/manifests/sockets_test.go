@@ -19,8 +19,10 @@ const (
 // TestSocketPaths: in every pod the plugin listens where each sidecar
 // connects, on a volume they share; the registrar tells kubelet the host
 // path of that same socket and registers in kubelet's registry.
-func TestSocketPaths(t *testing.T) {
-	m := installed(t)
+func TestSocketPaths(t *testing.T) { eachInstall(t, checkSocketPaths) }
+
+func checkSocketPaths(t *testing.T, m *manifests) {
+	t.Helper()
 	ws := workloads(m)
 	if len(ws) != 2 {
 		t.Fatalf("%d workloads, want the controller Deployment and the node DaemonSet", len(ws))

@@ -9,11 +9,15 @@ import (
 // account token; the sidecars that call the Kubernetes API mount one
 // (projected, short-lived), and nothing else does: the plugin has no
 // Kubernetes client, and the token of the controller's account can create
-// and delete PVs.
-func TestTokensOnlyWhereTheAPIIsCalled(t *testing.T) {
+// and delete PVs. (The snapshot-metadata sidecar reviews its callers'
+// tokens and access, and reads snapshots.)
+func TestTokensOnlyWhereTheAPIIsCalled(t *testing.T) { eachInstall(t, checkTokens) }
+
+func checkTokens(t *testing.T, m *manifests) {
+	t.Helper()
 	const tokenDir = "/var/run/secrets/kubernetes.io/serviceaccount"
-	callers := []string{provisionerRepo, attacherRepo, resizerRepo, snapshotterRepo}
-	for _, w := range workloads(installed(t)) {
+	callers := []string{provisionerRepo, attacherRepo, resizerRepo, snapshotterRepo, snapshotMetadataRepo}
+	for _, w := range workloads(m) {
 		if a := w.spec.AutomountServiceAccountToken; a == nil || *a {
 			t.Errorf("%s: automountServiceAccountToken must be false", w.name)
 		}

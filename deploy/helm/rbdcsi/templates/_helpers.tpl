@@ -111,6 +111,14 @@ app.kubernetes.io/component: {{ .component }}
 {{- fail (printf "images.%s.tag: \"latest\" is not a pinned version (nodes would run whatever it points to when they pull); give a release tag or a digest" $name) -}}
 {{- end -}}
 {{- end -}}
+{{- with .Values.snapshotMetadata.tls -}}
+{{- if and .existingSecret (not .caCert) -}}
+{{- fail "snapshotMetadata.tls.existingSecret needs snapshotMetadata.tls.caCert: the PEM of the CA that signed its certificate, for the SnapshotMetadataService object (the chart cannot read the Secret at helm template)" -}}
+{{- end -}}
+{{- if and .caCert (not .existingSecret) -}}
+{{- fail "snapshotMetadata.tls.caCert is only for snapshotMetadata.tls.existingSecret: without one, the chart makes the CA and the certificate itself" -}}
+{{- end -}}
+{{- end -}}
 {{- $s := .Values.secrets -}}
 {{- range $who, $sec := $s -}}
 {{- if and $sec.create (not (and $sec.userID $sec.userKey)) -}}
@@ -120,6 +128,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- if or .Release.IsInstall .Release.IsUpgrade -}}
 {{- if and .Values.volumeSnapshotClasses (not (.Capabilities.APIVersions.Has "snapshot.storage.k8s.io/v1/VolumeSnapshotClass")) -}}
 {{- fail "the VolumeSnapshot CRDs are not installed in this cluster (no snapshot.storage.k8s.io/v1 VolumeSnapshotClass): install them and the snapshot-controller first (docs/install.md, step 5), or set volumeSnapshotClasses: [] to install without snapshots. helm template: --api-versions snapshot.storage.k8s.io/v1/VolumeSnapshotClass" -}}
+{{- end -}}
+{{- if and .Values.snapshotMetadata.enabled (not (.Capabilities.APIVersions.Has "cbt.storage.k8s.io/v1beta1/SnapshotMetadataService")) -}}
+{{- fail "snapshotMetadata.enabled: the SnapshotMetadataService CRD is not installed in this cluster (no cbt.storage.k8s.io/v1beta1 SnapshotMetadataService): install it from the external-snapshot-metadata project (docs/backup.md), or set snapshotMetadata.enabled: false. helm template: --api-versions cbt.storage.k8s.io/v1beta1/SnapshotMetadataService" -}}
 {{- end -}}
 {{- if and .Values.metrics.enabled .Values.metrics.serviceMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor")) -}}
 {{- fail "metrics.serviceMonitor.enabled: the Prometheus Operator's CRDs are not installed in this cluster (no monitoring.coreos.com/v1 ServiceMonitor): install them, or set metrics.serviceMonitor.enabled: false. helm template: --api-versions monitoring.coreos.com/v1/ServiceMonitor" -}}
@@ -138,4 +149,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- $out = append $out $c -}}
 {{- end -}}
 {{- toJson $out -}}
+{{- end -}}
+
+{{/* The Secret of the snapshot-metadata sidecar's certificate: the one the
+     values name, or the one the chart makes. */}}
+{{- define "rbdcsi.snapshotMetadataSecret" -}}
+{{- .Values.snapshotMetadata.tls.existingSecret | default (printf "%s-snapshot-metadata-tls" (include "rbdcsi.fullname" .)) -}}
 {{- end -}}
