@@ -8,9 +8,11 @@
 #     k8s.io/kubernetes cannot be `go install`ed: it replaces its staging repos)
 #   - the kubernetes-csi sidecars: csi-provisioner v6.3.0, csi-attacher
 #     v4.13.0, csi-resizer v2.3.0, csi-snapshotter and snapshot-controller
-#     v8.7.0 (all but the provisioner in one Go workspace with Kubernetes,
-#     so what they share compiles once); the VolumeSnapshot CRDs of
-#     external-snapshotter's client module
+#     v8.7.0, csi-snapshot-metadata v1.1.0 (all but the provisioner and
+#     csi-snapshot-metadata in one Go workspace with Kubernetes, so what
+#     they share compiles once); the
+#     VolumeSnapshot CRDs of external-snapshotter's client module and the
+#     SnapshotMetadataService CRD of external-snapshot-metadata's
 #   - crane (go-containerregistry) to pack OCI images
 #   - helm v4.3.1 (helm.sh/helm/v4), for the chart's tests and the Helm e2e
 #   - OCI image tarballs that the node imports at boot: pause (sandbox),
@@ -18,8 +20,9 @@
 #     binary, no base). Not the plugin's: the e2e runs the images of a
 #     release it makes (scripts/release.sh: build/Dockerfile, both suites).
 #
-#   k8s-build.sh [all|cache|deps|kube|sidecars|tools|helm|images]   (default: all;
-#                cache is all: nothing here depends on the commit)
+#   k8s-build.sh [all|cache|deps|kube|sidecars|tools|helm|images|backuptool]
+#                (default: all; cache is all: nothing there depends on the
+#                commit; backuptool, the e2e's backup tool, does)
 #
 # Everything lands in $RBDCSI_E2E_CACHE (default /var/cache/rbdcsi-e2e),
 # outside the repository; a second run finds it all cached. Each artefact
@@ -39,6 +42,11 @@ readonly PROVISIONER_VERSION=v6.3.0
 readonly ATTACHER_VERSION=v4.13.0
 readonly RESIZER_VERSION=v2.3.0
 readonly SNAPSHOTTER_VERSION=v8.7.0
+readonly SNAPSHOT_METADATA_VERSION=v1.1.0
+# The SnapshotMetadataService API of that release: its own module (the
+# release's go.mod takes it from the repository), of which the proxy
+# serves v1.0.0 and v0.1.0.
+readonly SNAPSHOT_METADATA_CLIENT_VERSION=v1.0.0
 readonly CRANE_VERSION=v0.22.1
 readonly HELM_VERSION=v4.3.1
 # Image references. The sidecars and busybox carry the names deploy/,
@@ -218,7 +226,8 @@ build_ws_sidecar() {
 
 # build_sidecar NAME MOD VERSION CMD...: a sidecar in a module of its own:
 # copy the module out of the module cache (its replace directives rule out
-# `go install`) and build its cmds.
+# `go install`) and build its cmds. SIDECAR_REPLACE, when set, is one more
+# `go mod edit -replace` of the copy.
 build_sidecar() {
 	local name=$1 mod=$2 version=$3 t0 dir c outs=() ld
 	shift 3
@@ -233,6 +242,9 @@ build_sidecar() {
 	mkdir -p "$SRC" "$BIN"
 	cp -r "$(moddir "$mod@$version")" "$dir"
 	chmod -R u+w "$dir"
+	if [[ -n ${SIDECAR_REPLACE:-} ]]; then
+		(cd "$dir" && GOWORK=off go mod edit -replace "$SIDECAR_REPLACE") || die "go mod edit -replace $SIDECAR_REPLACE failed"
+	fi
 	ld="-s -w -X main.version=$version"
 	for c in "$@"; do
 		log "building $c $version"
@@ -248,6 +260,12 @@ build_sidecar() {
 build_sidecars() {
 	local spec name mod version cmds
 	build_sidecar external-provisioner github.com/kubernetes-csi/external-provisioner/v6 "$PROVISIONER_VERSION" csi-provisioner
+	# Its own module too: built beside the workspace's newer csi-test, its
+	# runtime package (a test harness outside _test files) does not compile.
+	# Its go.mod takes the API module from the repository (./client, which
+	# the module's zip leaves out): the proxy's release of it instead.
+	SIDECAR_REPLACE=github.com/kubernetes-csi/external-snapshot-metadata/client=github.com/kubernetes-csi/external-snapshot-metadata/client@$SNAPSHOT_METADATA_CLIENT_VERSION \
+		build_sidecar external-snapshot-metadata github.com/kubernetes-csi/external-snapshot-metadata "$SNAPSHOT_METADATA_VERSION" csi-snapshot-metadata
 	for spec in "${WS_SIDECARS[@]}"; do
 		read -r name mod version cmds <<<"$spec"
 		# shellcheck disable=SC2086 # cmds is a list of words
@@ -260,6 +278,12 @@ build_sidecars() {
 	mkdir -p "$CACHE/crds"
 	cp "$crd"/*.yaml "$CACHE/crds/"
 	chmod -R u+w "$CACHE/crds"
+	# The SnapshotMetadataService CRD, which changed-block tracking needs.
+	crd=$(moddir "github.com/kubernetes-csi/external-snapshot-metadata/client@$SNAPSHOT_METADATA_CLIENT_VERSION")/config/crd
+	rm -rf "$CACHE/crds-cbt"
+	mkdir -p "$CACHE/crds-cbt"
+	cp "$crd"/cbt.storage.k8s.io_snapshotmetadataservices.yaml "$CACHE/crds-cbt/"
+	chmod -R u+w "$CACHE/crds-cbt"
 }
 
 # build_helm: `make helm-test` may run it while CI's background build does,
@@ -369,7 +393,7 @@ static_image() {
 }
 
 build_static_images() {
-	local c dir key
+	local dir key
 	mkdir -p "$IMAGES"
 	static_image pause "$PAUSE_IMAGE" "$BIN/pause"
 	# (snapshot-controller runs as a plain process, like the control plane.)
@@ -377,6 +401,7 @@ build_static_images() {
 	static_image csi-attacher "registry.k8s.io/sig-storage/csi-attacher:$ATTACHER_VERSION" "$BIN/csi-attacher"
 	static_image csi-resizer "registry.k8s.io/sig-storage/csi-resizer:$RESIZER_VERSION" "$BIN/csi-resizer"
 	static_image csi-snapshotter "registry.k8s.io/sig-storage/csi-snapshotter:$SNAPSHOTTER_VERSION" "$BIN/csi-snapshotter"
+	static_image csi-snapshot-metadata "registry.k8s.io/sig-storage/csi-snapshot-metadata:$SNAPSHOT_METADATA_VERSION" "$BIN/csi-snapshot-metadata"
 	# The plugin image an earlier version of this script made here: the
 	# node imports every archive of this directory.
 	rm -f "$IMAGES/rbdplugin.tar"
@@ -385,15 +410,46 @@ build_static_images() {
 	key="$BUSYBOX_IMAGE $(sha256sum /bin/busybox | cut -c1-16)"
 	if ! fresh image-busybox "$key" "$IMAGES/busybox.tar"; then
 		dir=$(mktemp -d)
-		mkdir -p "$dir/bin" "$dir/tmp" "$dir/etc"
-		cp /bin/busybox "$dir/bin/busybox"
-		for c in $(/bin/busybox --list); do [[ $c == busybox ]] || ln -s busybox "$dir/bin/$c"; done
-		echo 'root:x:0:0:root:/root:/bin/sh' >"$dir/etc/passwd"
-		echo 'root:x:0:' >"$dir/etc/group"
+		busybox_root "$dir"
 		image_from_dir "$BUSYBOX_IMAGE" "$dir" "$IMAGES/busybox.tar" /bin/sh
 		rm -rf "$dir"
 		stamp image-busybox "$key"
 	fi
+}
+
+# busybox_root DIR: Debian's busybox-static with its applet links, and a
+# root user, in DIR.
+busybox_root() {
+	local dir=$1 c
+	[[ -x /bin/busybox ]] || die "busybox-static is not installed"
+	mkdir -p "$dir/bin" "$dir/tmp" "$dir/etc"
+	cp /bin/busybox "$dir/bin/busybox"
+	for c in $(/bin/busybox --list); do [[ $c == busybox ]] || ln -s busybox "$dir/bin/$c"; done
+	echo 'root:x:0:0:root:/root:/bin/sh' >"$dir/etc/passwd"
+	echo 'root:x:0:' >"$dir/etc/group"
+}
+
+# build_backuptool: the e2e's backup tool (e2e/k8s/backuptool, a module of
+# its own on external-snapshot-metadata's client library) in an image over
+# the busybox image's files, so that a pod can run it in a shell. It
+# depends on the checkout: not part of the cache, rebuilt when its source
+# changes. Prints the image's name.
+build_backuptool() {
+	local src=$ROOT/e2e/k8s/backuptool key ref dir
+	key=$(cd "$src" && cat go.mod go.sum ./*.go | sha256sum | cut -c1-16)
+	ref=localhost/rbdcsi-e2e/backuptool:$key
+	if ! fresh image-backuptool "$ref" "$IMAGES/backuptool.tar"; then
+		build_tools
+		dir=$(mktemp -d)
+		(cd "$src" && GOWORK=off go build -ldflags "-s -w" -o "$dir/backuptool" .) || die "building the backup tool failed"
+		mkdir -p "$IMAGES"
+		busybox_root "$dir/root"
+		install -m 0755 "$dir/backuptool" "$dir/root/bin/backuptool"
+		image_from_dir "$ref" "$dir/root" "$IMAGES/backuptool.tar" /bin/sh
+		rm -rf "$dir"
+		stamp image-backuptool "$ref"
+	fi
+	echo "$ref"
 }
 
 main() {
@@ -418,8 +474,9 @@ main() {
 		build_static_images
 		;;
 	deps) need_packages "${E2E_PACKAGES[@]}" ;;
+	backuptool) build_backuptool ;;
 	*)
-		echo "usage: $PROG [all|cache|deps|kube|sidecars|tools|helm|images]" >&2
+		echo "usage: $PROG [all|cache|deps|kube|sidecars|tools|helm|images|backuptool]" >&2
 		exit 2
 		;;
 	esac

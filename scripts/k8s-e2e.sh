@@ -133,6 +133,18 @@ collect_artifacts() {
 		[[ -e $g ]] || continue
 		if [[ -d $g ]]; then cp -r "$g" "$ARTIFACTS/"; else cp "$g" "$ARTIFACTS/$(basename "$(dirname "$g")")$(basename "$g")"; fi
 	done
+	# The pod network as it is now: addresses, neighbours, the bridge's
+	# forwarding table and the pod addresses host-local IPAM holds (file
+	# name: address, first line: sandbox ID).
+	{
+		ip -br addr
+		ip neigh
+		bridge fdb show br "${E2E_POD_BRIDGE:-rbdcsie2ebr0}"
+		local f
+		for f in "$work"/node/cni/ipam/*/*; do
+			if [[ -f $f ]]; then printf '%s %s\n' "${f##*/}" "$(head -1 "$f")"; fi
+		done
+	} >"$ARTIFACTS/net.txt" 2>&1 || true
 	if [[ -x $k ]]; then
 		"$k" get all,pvc,pv,volumeattachments,csinodes,volumesnapshots,volumesnapshotcontents -A -o wide >"$ARTIFACTS/objects.txt" 2>&1 || true
 		"$k" get volumegroupsnapshots,volumegroupsnapshotcontents,volumegroupsnapshotclasses -A -o wide >>"$ARTIFACTS/objects.txt" 2>&1 || true
@@ -185,7 +197,11 @@ main() {
 		[[ $p == kustomize || $p == helm || $p == groupsnap ]] || die "unknown pass $p in E2E_PASSES (kustomize, helm, groupsnap)"
 	done
 	"$ROOT/scripts/k8s-build.sh" all
-	log "Kubernetes and the sidecars ready after $((SECONDS - t0)) s"
+	# The backup tool of the changed-block tracking scenario, among the
+	# images the node imports at boot.
+	E2E_BACKUPTOOL_IMAGE=$("$ROOT/scripts/k8s-build.sh" backuptool) || die "building the backup tool failed"
+	export E2E_BACKUPTOOL_IMAGE
+	log "Kubernetes, the sidecars and the backup tool ready after $((SECONDS - t0)) s"
 	VERSION=$(e2e_version)
 	"$ROOT/scripts/release.sh" "$VERSION" || die "make release $VERSION failed"
 	log "release $VERSION ready after $((SECONDS - t0)) s"
@@ -300,8 +316,12 @@ go_test() {
 	shift
 	events=$E2E_WORK/e2e-$pass.json
 	if (($# == 0)); then
-		mapfile -t args < <("$E2E_TOOLS/testreport" args -list "$ROOT/scripts/k8s-e2e.tests" "$pass") ||
+		# Not mapfile < <(...): a process substitution's failure is lost,
+		# and the pass would run every test.
+		local out
+		out=$("$E2E_TOOLS/testreport" args -list "$ROOT/scripts/k8s-e2e.tests" "$pass") ||
 			die "no tests for the $pass pass in scripts/k8s-e2e.tests"
+		mapfile -t args <<<"$out"
 	fi
 	local rc=0
 	go test -tags="$("$ROOT/build/ceph-tags.sh"),e2e_k8s" -json -count=1 -timeout 45m ./e2e/k8s/ "${args[@]}" "$@" |

@@ -328,9 +328,11 @@ cmd_up() {
 	kubectl apply -k "$CACHE/crds" >"$DIR/log/crds.log" 2>&1 || die "applying the VolumeSnapshot CRDs failed: $(cat "$DIR/log/crds.log")"
 	# In a loop: kubectl wait fails at once, rather than waiting, on a CRD
 	# whose status has no conditions yet ("<nil> is of the type <nil>").
+	# And the SnapshotMetadataService CRD, which changed-block tracking needs.
+	kubectl apply -f "$CACHE/crds-cbt" >>"$DIR/log/crds.log" 2>&1 || die "applying the SnapshotMetadataService CRD failed: $(cat "$DIR/log/crds.log")"
 	wait_until "the VolumeSnapshot CRDs" 60 "" kubectl wait --for=condition=Established --timeout=2s \
 		crd/volumesnapshots.snapshot.storage.k8s.io crd/volumesnapshotcontents.snapshot.storage.k8s.io \
-		crd/volumesnapshotclasses.snapshot.storage.k8s.io
+		crd/volumesnapshotclasses.snapshot.storage.k8s.io crd/snapshotmetadataservices.cbt.storage.k8s.io
 	start_daemon snapshot-controller "$BIN/snapshot-controller" --kubeconfig="$DIR/kubeconfig" \
 		--leader-election=false --http-endpoint=127.0.0.1:8090 --v=2
 

@@ -28,7 +28,13 @@ import (
 //
 // each marker on the line before a ```sh fence. Unmarked blocks are shown,
 // never run (they need what the e2e has no use for, like a download).
-const guideFile = "../../docs/install.md"
+// docs/backup.md, which turns changed-block tracking on for an install
+// of the guide, has marked blocks of the same kinds but vars: it runs with
+// the guide's values, where the guide's install ended.
+const (
+	installFile = "../../docs/install.md"
+	backupFile  = "../../docs/backup.md"
+)
 
 // guideBlock is one marked shell block of the guide.
 type guideBlock struct {
@@ -43,11 +49,11 @@ var (
 	guideVar    = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*)=`)
 )
 
-// parseGuide reads the guide's marked blocks; a malformed marker, or one
-// not followed by a shell block, fails t.
-func parseGuide(t *testing.T) []guideBlock {
+// parseGuide reads the marked blocks of a guide; a malformed marker, or
+// one not followed by a shell block, fails t.
+func parseGuide(t *testing.T, file string) []guideBlock {
 	t.Helper()
-	data, err := os.ReadFile(guideFile)
+	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,10 +65,10 @@ func parseGuide(t *testing.T) []guideBlock {
 		}
 		m := guideMarker.FindStringSubmatch(lines[i])
 		if m == nil {
-			t.Fatalf("%s:%d: malformed marker %q (want <!-- e2e: vars|all|kustomize|helm [uninstall] -->)", guideFile, i+1, lines[i])
+			t.Fatalf("%s:%d: malformed marker %q (want <!-- e2e: vars|all|kustomize|helm [uninstall] -->)", file, i+1, lines[i])
 		}
 		if i+1 >= len(lines) || lines[i+1] != "```sh" {
-			t.Fatalf("%s:%d: the marker is not followed by a ```sh block", guideFile, i+1)
+			t.Fatalf("%s:%d: the marker is not followed by a ```sh block", file, i+1)
 		}
 		b := guideBlock{line: i + 2, path: m[1], uninstall: m[2] != ""}
 		end := i + 2
@@ -70,11 +76,11 @@ func parseGuide(t *testing.T) []guideBlock {
 			end++
 		}
 		if end == len(lines) {
-			t.Fatalf("%s:%d: the block does not end", guideFile, b.line)
+			t.Fatalf("%s:%d: the block does not end", file, b.line)
 		}
 		b.text = strings.Join(lines[i+2:end], "\n")
 		if b.path == "vars" && b.uninstall {
-			t.Fatalf("%s:%d: a vars block is not an uninstall step", guideFile, b.line)
+			t.Fatalf("%s:%d: a vars block is not an uninstall step", file, b.line)
 		}
 		blocks = append(blocks, b)
 		i = end
@@ -99,7 +105,7 @@ func guideVars(t *testing.T, blocks []guideBlock) []string {
 		}
 	}
 	if n != 1 || len(names) == 0 {
-		t.Fatalf("%s: want one vars block assigning variables, have %d blocks, %d names", guideFile, n, len(names))
+		t.Fatalf("%s: want one vars block assigning variables, have %d blocks, %d names", installFile, n, len(names))
 	}
 	return names
 }
@@ -158,18 +164,23 @@ func (g guideRun) checkNames(t *testing.T, names []string) {
 	}
 	sort.Strings(extra)
 	if len(missing) > 0 || len(extra) > 0 {
-		t.Fatalf("%s's vars block assigns %v; the e2e does not set %v and sets %v, which it does not assign", guideFile, names, missing, extra)
+		t.Fatalf("%s's vars block assigns %v; the e2e does not set %v and sets %v, which it does not assign", installFile, names, missing, extra)
 	}
 }
 
-// run runs the guide's blocks of the path, install or uninstall, in order,
-// as one `bash -euo pipefail` with the e2e's values set. The install
-// starts in a fresh directory and records where it ended; the uninstall
-// starts there.
-func (g guideRun) run(t *testing.T, uninstall bool, timeout time.Duration) {
+// run runs the blocks of the path of a guide (install.md, or backup.md
+// after it), install or uninstall, in order, as one `bash -euo pipefail`
+// with the e2e's values set. The install starts in a fresh directory and
+// records where it ended; its uninstall and backup.md start there.
+func (g guideRun) run(t *testing.T, file string, uninstall bool, timeout time.Duration) {
 	t.Helper()
-	blocks := parseGuide(t)
-	names := guideVars(t, blocks)
+	blocks := parseGuide(t, file)
+	names := guideVars(t, parseGuide(t, installFile))
+	if file != installFile {
+		if slices.ContainsFunc(blocks, func(b guideBlock) bool { return b.path == "vars" }) {
+			t.Fatalf("%s has a vars block: it runs with %s's values", file, installFile)
+		}
+	}
 	g.checkNames(t, names)
 	cwdFile := filepath.Join(g.dir, ".cwd")
 	var script strings.Builder
@@ -182,14 +193,14 @@ func (g guideRun) run(t *testing.T, uninstall bool, timeout time.Duration) {
 		if b.path == "vars" || b.uninstall != uninstall || (b.path != "all" && b.path != g.path) {
 			continue
 		}
-		fmt.Fprintf(&script, ": %s:%d\n%s\n", filepath.Base(guideFile), b.line, b.text)
+		fmt.Fprintf(&script, ": %s:%d\n%s\n", filepath.Base(file), b.line, b.text)
 		ran++
 	}
 	if ran == 0 {
-		t.Fatalf("%s has no blocks for the %s path (uninstall %v)", guideFile, g.path, uninstall)
+		t.Fatalf("%s has no blocks for the %s path (uninstall %v)", file, g.path, uninstall)
 	}
 	start := g.dir
-	if uninstall {
+	if uninstall || file != installFile {
 		data, err := os.ReadFile(cwdFile)
 		if err != nil {
 			t.Fatalf("where the install ended: %v", err)
@@ -205,17 +216,20 @@ func (g guideRun) run(t *testing.T, uninstall bool, timeout time.Duration) {
 		fmt.Fprintf(&script, "set +x\npwd >%s\n", shellQuote(cwdFile))
 	}
 	name := "install"
-	if uninstall {
+	switch {
+	case uninstall:
 		name = "uninstall"
+	case file != installFile:
+		name = strings.TrimSuffix(filepath.Base(file), ".md")
 	}
-	file := filepath.Join(g.dir, ".guide-"+name+".sh")
-	if err := os.WriteFile(file, []byte(script.String()), 0o600); err != nil {
+	scriptFile := filepath.Join(g.dir, ".guide-"+name+".sh")
+	if err := os.WriteFile(scriptFile, []byte(script.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	// runs: bash (the guide's blocks run ceph, rbd, rados, kubectl, helm, tar and sha256sum)
-	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", file)
+	// runs: bash (the guides' blocks run ceph, rbd, rados, kubectl, helm, tar, sha256sum and openssl)
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", scriptFile)
 	cmd.Dir = start
 	cmd.Env = append(os.Environ(), "PATH="+g.bin+":"+os.Getenv("PATH"))
 	out := &lineLogger{t: t, prefix: "guide: "}
@@ -223,9 +237,9 @@ func (g guideRun) run(t *testing.T, uninstall bool, timeout time.Duration) {
 	err := cmd.Run()
 	out.flush()
 	if err != nil {
-		t.Fatalf("docs/install.md, %s path, %s: %v (the script: %s)", g.path, name, err, file)
+		t.Fatalf("docs/%s, %s path, %s: %v (the script: %s)", filepath.Base(file), g.path, name, err, scriptFile)
 	}
-	t.Logf("docs/install.md, %s path, %s: %d blocks ran", g.path, name, ran)
+	t.Logf("docs/%s, %s path, %s: %d blocks ran", filepath.Base(file), g.path, name, ran)
 }
 
 // shellQuote quotes s for bash as one word.
@@ -268,11 +282,14 @@ func (l *lineLogger) flush() {
 // way docs/install.md says, running its blocks for this pass's path (the
 // values of step 1 are the e2e's: its cluster, its release, the machine's
 // options), through the guide's own check of a claim, a pod, a snapshot
-// and a restore. The scenarios after it run on that install. Last, the
-// node plugin is registered with kubelet.
+// and a restore, then turns changed-block tracking on as docs/backup.md
+// says. The scenarios after it run on that install. Last, the node plugin
+// is registered with kubelet.
 func TestAAInstallGuide(t *testing.T) {
 	g := loadGuideRun(t)
-	g.run(t, false, 20*time.Minute)
+	g.run(t, installFile, false, 20*time.Minute)
+	// Changed-block tracking on, as docs/backup.md turns it on.
+	g.run(t, backupFile, false, 10*time.Minute)
 	k := &kube{t: t, e: loadEnv(t)}
 	eventually(t, shortWait, "kubelet listing the driver", func() (bool, string) {
 		var n storagev1.CSINode

@@ -75,10 +75,11 @@ func TestDriverDeployed(t *testing.T) {
 		}
 	}
 
-	// No sidecar of the base manifests is missing but the two stood in for.
+	// No sidecar of the base manifests is missing but the two stood in for;
+	// csi-snapshot-metadata is there, as docs/backup.md added it.
 	pods := driverPods(t, k)
 	want := map[string][]string{
-		"controller": {"rbdplugin", "csi-provisioner", "csi-attacher", "csi-resizer", "csi-snapshotter"},
+		"controller": {"rbdplugin", "csi-provisioner", "csi-attacher", "csi-resizer", "csi-snapshotter", "csi-snapshot-metadata"},
 		"node":       {"rbdplugin"},
 	}
 	for _, p := range pods {

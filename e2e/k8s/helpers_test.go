@@ -200,7 +200,10 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 
 func (k *kube) dump() {
 	for _, args := range [][]string{
-		{"get", "pods,pvc,volumesnapshots", "-o", "wide"},
+		// Every namespace's pods with their addresses: the driver's pods
+		// beside the test's show a pod network fault (two pods, one IP).
+		{"get", "pods", "-A", "-o", "wide"},
+		{"get", "pvc,volumesnapshots", "-o", "wide"},
 		{"describe", "pods"},
 		{"describe", "pvc"},
 		{"describe", "volumesnapshots"},

@@ -27,7 +27,7 @@ func TestZZZUninstallLeavesNothing(t *testing.T) {
 	e := loadEnv(t)
 	k := &kube{t: t, e: e}
 	saveDriverLogs(t, k, filepath.Join(e.work, "driver-logs-"+g.path))
-	g.run(t, true, 10*time.Minute)
+	g.run(t, installFile, true, 10*time.Minute)
 
 	// Every kind the API server lists (CRDs included), in one request.
 	kinds := strings.Fields(k.must("api-resources", "--verbs=list", "-o", "name"))
