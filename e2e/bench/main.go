@@ -10,6 +10,7 @@
 //	P5 memory:       plugin RSS idle, peak at the top concurrency, growth over create/delete cycles
 //	P6 logging:      P1 with --v=5 vs --v=2 (the manifests' verbosity)
 //	P7 parallel:     16 volumes staged at concurrency 1 vs 8
+//	P11 changed blocks: a delta's bytes and listing time vs a full backup's; a thin 1 TiB volume's listing vs 1 GiB
 //
 // Every figure with a target is a ratio against a reference measured in
 // the same run (P5's are budgets in MiB, P3's objects a set the made
@@ -119,7 +120,7 @@ func parseFlags() (benchConfig, error) {
 	flag.IntVar(&cfg.parallelRounds, "parallel-rounds", 2, "P7: rounds (each stages a fresh batch at both concurrencies)")
 	flag.Int64Var(&data, "restore-data-mib", 1024, "P4: MiB written into the volume before its snapshot")
 	flag.IntVar(&cfg.restoreRounds, "restore-rounds", 5, "P4: restores from each snapshot")
-	flag.StringVar(&scen, "scenarios", "P1,P2,P3,P4,P5,P6,P7", "scenarios to run (P2 and P6 ride along with P1)")
+	flag.StringVar(&scen, "scenarios", "P1,P2,P3,P4,P5,P6,P7,P11", "scenarios to run (P2 and P6 ride along with P1)")
 	flag.DurationVar(&cfg.callTimeout, "call-timeout", time.Minute, "deadline of each controller call")
 	flag.DurationVar(&cfg.nodeTimeout, "node-timeout", 5*time.Minute, "deadline of each node call and of the DeleteVolume of P3's 1 TiB volumes")
 	flag.StringVar(&cfg.imageFeatures, "image-features", "", "StorageClass imageFeatures for every volume (and the raw baseline); empty: the driver's default for single-writer volumes")
@@ -140,7 +141,7 @@ func parseFlags() (benchConfig, error) {
 	cfg.scenarios = map[string]bool{}
 	for _, s := range strings.Split(scen, ",") {
 		s = strings.ToUpper(strings.TrimSpace(s))
-		if !slices.Contains([]string{"P1", "P2", "P3", "P4", "P5", "P6", "P7"}, s) {
+		if !slices.Contains([]string{"P1", "P2", "P3", "P4", "P5", "P6", "P7", "P11"}, s) {
 			return cfg, fmt.Errorf("-scenarios: unknown %q", s)
 		}
 		cfg.scenarios[s] = true
@@ -267,7 +268,7 @@ func (b *bench) scenarios(ctx context.Context) error {
 	if len(left) > 0 {
 		return fmt.Errorf("pool %s is not empty at the start (%s): the reclaim checks need a pool of their own", b.c.Pool, strings.Join(left, "; "))
 	}
-	ctrl := sc["P1"] || sc["P2"] || sc["P4"] || sc["P5"] || sc["P6"]
+	ctrl := sc["P1"] || sc["P2"] || sc["P4"] || sc["P5"] || sc["P6"] || sc["P11"]
 	if ctrl {
 		sides, err := b.startSides()
 		if err != nil {
@@ -300,6 +301,11 @@ func (b *bench) scenarios(ctx context.Context) error {
 		}
 		if sc["P4"] {
 			if err := b.measured(func() error { return b.runP4(ctx, quiet) }); err != nil {
+				return err
+			}
+		}
+		if sc["P11"] {
+			if err := b.measured(func() error { return b.runP11(ctx, quiet) }); err != nil {
 				return err
 			}
 		}

@@ -1,6 +1,6 @@
 package main
 
-// The scenario runners, P1 to P7: each measures the driver and its
+// The scenario runners, P1 to P7 (P11 in cbt.go): each measures the driver and its
 // reference in the same run and records the samples.
 
 import (

@@ -57,6 +57,9 @@ const (
 	keyP6Verbose       = "P6 verbose"
 	keyP7Stage         = "P7 stage"
 	keyP7Unstage       = "P7 unstage"
+	keyP11Bytes        = "P11 delta bytes"
+	keyP11Time         = "P11 delta time"
+	keyP11Thin         = "P11 thin TiB"
 )
 
 // targets is the table, in the order the results print it.
@@ -82,6 +85,12 @@ func targets() []target {
 		{Key: keyP6Verbose, ID: "P6", Measure: "CreateVolume/s at --v=5", Versus: "at --v=2, the manifests' verbosity", Judge: atLeast, Limit: 0.95},
 		{Key: keyP7Stage, ID: "P7", Measure: "NodeStage of a batch of volumes at the parallel concurrency (speed-up)", Versus: "at concurrency 1", Invert: true},
 		{Key: keyP7Unstage, ID: "P7", Measure: "NodeUnstage of the batch at the parallel concurrency (speed-up)", Versus: "at concurrency 1", Invert: true},
+		// 64 MiB rewritten in a volume holding 1 GiB: Ceph reports rewrites
+		// of existing data to the byte, so an incremental backup reads
+		// about 1/16 of a full one.
+		{Key: keyP11Bytes, ID: "P11", Measure: "bytes GetMetadataDelta lists for 64 MiB rewritten in a 100 GiB volume holding 1 GiB", Versus: "bytes GetMetadataAllocated lists (a full backup)", Judge: atMost, Limit: 0.1},
+		{Key: keyP11Time, ID: "P11", Measure: "GetMetadataDelta's listing time", Versus: "GetMetadataAllocated's"},
+		{Key: keyP11Thin, ID: "P11", Measure: "GetMetadataAllocated of a 1 TiB thin volume holding 64 MiB", Versus: "of a 1 GiB volume holding the same", Judge: atMost, Limit: 10},
 	}
 	for i := range ts {
 		ts[i].Target = ts[i].words()
