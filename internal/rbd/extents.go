@@ -35,13 +35,19 @@ type DiffSpec struct {
 	// Offset and Length bound the range looked at; it must lie within
 	// Snap's size.
 	Offset, Length uint64
+	// Limit, when set, stops the diff once it has found Limit extents: a
+	// caller walking a large image asks again from the end of the last
+	// one, holding no more than Limit at a time. Fewer than Limit means
+	// the range is done.
+	Limit int
 }
 
 // DataBackend reads where an image's data is (changed-block tracking) and
 // writes it (tests and the bench do, as a mapped device would).
 type DataBackend interface {
 	// Diff returns the extents of spec's range, in offset order, without
-	// overlap, cut to the range. Ceph answers at byte precision or, for
+	// overlap, cut to the range, joined where they touch, at most
+	// spec.Limit of them. Ceph answers at byte precision or, for
 	// some writes, rounded out to whole objects: an extent may be wider
 	// than what was written, never narrower. It opens the image
 	// read-only at Snap, which adds no watch and takes no lock.
@@ -59,14 +65,28 @@ type DataBackend interface {
 func Coalesce(exts []Extent) []Extent {
 	var out []Extent
 	for _, e := range exts {
-		if e.Length == 0 {
-			continue
-		}
-		if n := len(out); n > 0 && out[n-1].End() == e.Offset && out[n-1].Zero == e.Zero {
-			out[n-1].Length += e.Length
-			continue
-		}
-		out = append(out, e)
+		out = Join(out, e)
 	}
 	return out
+}
+
+// Join appends e to the sorted list exts, joined to the last extent when
+// they touch and agree on Zero.
+func Join(exts []Extent, e Extent) []Extent {
+	if e.Length == 0 {
+		return exts
+	}
+	if n := len(exts); n > 0 && exts[n-1].End() == e.Offset && exts[n-1].Zero == e.Zero {
+		exts[n-1].Length += e.Length
+		return exts
+	}
+	return append(exts, e)
+}
+
+// Truncate cuts a diff's extents to limit (0: no limit).
+func Truncate(exts []Extent, limit int) []Extent {
+	if limit > 0 && len(exts) > limit {
+		return exts[:limit]
+	}
+	return exts
 }

@@ -19,12 +19,11 @@ import (
 )
 
 const (
-	// DefaultWindow is how much of the image one Diff call looks at. Each
-	// call opens the image (a few milliseconds), so a thin 1 TiB volume
-	// takes 64 calls; the extents of a window are held in memory at once,
-	// a few per 4 MiB object written (a pathological image written in
-	// alternate 4 KiB blocks would hold 2 million, 48 MiB).
-	DefaultWindow = 16 << 30
+	// DefaultPage is how many extents one Diff call gathers, the most a
+	// walk holds at once (24 bytes each): a thin image, however large, is
+	// one call, which opens the image once; a walk over an image written
+	// in many small pieces asks again every DefaultPage extents.
+	DefaultPage = 4096
 	// DefaultMaxResults is the tuples per response when the request sets
 	// no max_results: 24 bytes each on the wire.
 	DefaultMaxResults = 1024
@@ -37,8 +36,8 @@ type Options struct {
 	// credentials or the controller's own; its errors are gRPC statuses.
 	Pool  func(clusterID, pool string, secrets map[string]string) (rbd.Pool, error)
 	Names records.Names
-	// Window overrides DefaultWindow (tests make it small).
-	Window uint64
+	// Page overrides DefaultPage (tests make it small).
+	Page int
 }
 
 // Server implements csi.SnapshotMetadataServer.
@@ -49,8 +48,8 @@ type Server struct {
 
 // New returns a Server.
 func New(o Options) *Server {
-	if o.Window == 0 {
-		o.Window = DefaultWindow
+	if o.Page <= 0 {
+		o.Page = DefaultPage
 	}
 	return &Server{o: o}
 }

@@ -3,6 +3,7 @@ package snapmeta
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -33,11 +34,11 @@ type env struct {
 	client csi.SnapshotMetadataClient
 }
 
-func newEnv(t *testing.T, window uint64) *env {
+func newEnv(t *testing.T, page int) *env {
 	t.Helper()
 	e := &env{t: t, ceph: fake.New(fake.Options{}), pool: rbd.Pool{MonHost: "fake", Name: "rbd"}}
 	srv := New(Options{
-		Backend: e.ceph, Names: records.NewNames("", nil), Window: window,
+		Backend: e.ceph, Names: records.NewNames("", nil), Page: page,
 		Pool: func(clusterID, pool string, _ map[string]string) (rbd.Pool, error) {
 			if clusterID != "c1" {
 				return rbd.Pool{}, status.Errorf(codes.InvalidArgument, "no cluster %s", clusterID)
@@ -167,8 +168,8 @@ func equal(t *testing.T, what string, got, want [][2]int64) {
 	}
 }
 
-func TestAllocatedJoinsWindowsAndPages(t *testing.T) {
-	e := newEnv(t, 3*mib) // windows cut the 4 MiB range at 9 MiB
+func TestAllocatedInPagesAndMessages(t *testing.T) {
+	e := newEnv(t, 1) // a Diff call for each range
 	id := e.image("csi-vol-a", 64*mib)
 	e.write("csi-vol-a", 0, 64<<10)
 	e.write("csi-vol-a", 8*mib, 4*mib)
@@ -207,26 +208,34 @@ func TestEmptySnapshotStillGivesItsSize(t *testing.T) {
 	}
 }
 
+// A delta lists what was written, discarded or grown since the base; a
+// write that touches a discarded range is one range with it, also where
+// the two come from different Diff calls (a page of one extent).
 func TestDeltaAfterGrowthAndDiscard(t *testing.T) {
-	e := newEnv(t, 0)
-	id := e.image("csi-vol-a", 32*mib)
-	e.write("csi-vol-a", 0, 8*mib)
-	s1 := e.snap("csi-vol-a", id, "csi-snap-1")
-	e.write("csi-vol-a", mib, 64<<10)
-	e.must(e.ceph.Discard(context.Background(), e.pool, "csi-vol-a", 4*mib, 4*mib))
-	e.must(e.ceph.Resize(context.Background(), e.pool, "csi-vol-a", 64*mib))
-	e.write("csi-vol-a", 40*mib, mib)
-	s2 := e.snap("csi-vol-a", id, "csi-snap-2")
+	for _, page := range []int{0, 1} {
+		t.Run(fmt.Sprintf("page %d", page), func(t *testing.T) {
+			e := newEnv(t, page)
+			id := e.image("csi-vol-a", 32*mib)
+			e.write("csi-vol-a", 0, 8*mib)
+			s1 := e.snap("csi-vol-a", id, "csi-snap-1")
+			e.write("csi-vol-a", mib, 64<<10)
+			e.write("csi-vol-a", 3*mib, mib)
+			e.must(e.ceph.Discard(context.Background(), e.pool, "csi-vol-a", 4*mib, 4*mib))
+			e.must(e.ceph.Resize(context.Background(), e.pool, "csi-vol-a", 64*mib))
+			e.write("csi-vol-a", 40*mib, mib)
+			s2 := e.snap("csi-vol-a", id, "csi-snap-2")
 
-	msgs, err := e.delta(&csi.GetMetadataDeltaRequest{BaseSnapshotId: s1, TargetSnapshotId: s2})
-	e.must(err)
-	equal(t, "delta", ranges(t, msgs, 64*mib), [][2]int64{{mib, 64 << 10}, {4 * mib, 4 * mib}, {40 * mib, mib}})
+			msgs, err := e.delta(&csi.GetMetadataDeltaRequest{BaseSnapshotId: s1, TargetSnapshotId: s2})
+			e.must(err)
+			equal(t, "delta", ranges(t, msgs, 64*mib), [][2]int64{{mib, 64 << 10}, {3 * mib, 5 * mib}, {40 * mib, mib}})
 
-	// The same snapshots, as a backup tool uses them: a full copy of
-	// the base, then the delta.
-	msgs, err = e.allocated(&csi.GetMetadataAllocatedRequest{SnapshotId: s2})
-	e.must(err)
-	equal(t, "allocated after", ranges(t, msgs, 64*mib), [][2]int64{{0, 4 * mib}, {40 * mib, mib}})
+			// The same snapshots, as a backup tool uses them: a full copy
+			// of the base, then the delta.
+			msgs, err = e.allocated(&csi.GetMetadataAllocatedRequest{SnapshotId: s2})
+			e.must(err)
+			equal(t, "allocated after", ranges(t, msgs, 64*mib), [][2]int64{{0, 4 * mib}, {40 * mib, mib}})
+		})
+	}
 }
 
 func TestAllocatedReadsThroughTheParent(t *testing.T) {
@@ -249,7 +258,7 @@ func TestAllocatedReadsThroughTheParent(t *testing.T) {
 // are the user's device's, the header's writes are left out, and the
 // size is still the volume's.
 func TestEncryptedVolumeInTheUsersOffsets(t *testing.T) {
-	e := newEnv(t, 5*mib) // a window ends inside the header
+	e := newEnv(t, 1) // a Diff call for each range, the first inside the header
 	id := e.image("csi-vol-c", 64*mib)
 	e.must(e.ceph.SetMetadata(context.Background(), e.pool, "csi-vol-c", kms.VolumeKey{KMSID: "k1", DEK: kms.Wrapped("v1.k1.AAAA"), State: kms.StateFormatted}.Metadata()))
 	e.write("csi-vol-c", 0, 32<<10)     // the header

@@ -78,9 +78,9 @@ func (s *Server) find(ctx context.Context, id string, secrets map[string]string,
 }
 
 // spec is the Diff of [off, off+length) of the snapshot, from base when
-// base is set.
-func (sn snapshot) spec(base *snapshot, off, length uint64) rbd.DiffSpec {
-	d := rbd.DiffSpec{ImageID: sn.image, Snap: sn.snap, SnapID: sn.snapID, Offset: off, Length: length}
+// base is set, limit extents at most.
+func (sn snapshot) spec(base *snapshot, off, length uint64, limit int) rbd.DiffSpec {
+	d := rbd.DiffSpec{ImageID: sn.image, Snap: sn.snap, SnapID: sn.snapID, Offset: off, Length: length, Limit: limit}
 	if base != nil {
 		if base.snapID != 0 {
 			d.BaseID = base.snapID

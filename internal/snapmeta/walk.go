@@ -12,17 +12,17 @@ import (
 
 // walk sends the extents of the target snapshot from offset on (a delta
 // from base when base is set), in order, at most maxResults per message,
-// window by window. Extents that touch across windows are joined, so a
-// client sees each range once. A stream with no extent still carries
-// one message: the volume's size. Offsets are the user's device's; the
-// size is the volume's capacity, which for an encrypted volume includes
-// its LUKS header, as the capacity of the PVC does.
+// asking the backend for a page of extents at a time. Extents that touch
+// across pages are joined, so a client sees each range once. A stream
+// with no extent still carries one message: the volume's size. Offsets
+// are the user's device's; the size is the volume's capacity, which for
+// an encrypted volume includes its LUKS header, as the capacity of the
+// PVC does.
 func (s *Server) walk(ctx context.Context, t snapshot, base *snapshot, offset int64, maxResults int32, send func(size int64, b []*csi.BlockMetadata) error) error {
 	size := t.size
 	if uint64(offset) > size {
 		return status.Errorf(codes.OutOfRange, "starting_offset %d is past the end of snapshot %s (%d bytes)", offset, t.id, size)
 	}
-	start := min(uint64(offset)+t.skip, size)
 	per := int(maxResults)
 	if per == 0 {
 		per = DefaultMaxResults
@@ -40,10 +40,17 @@ func (s *Server) walk(ctx context.Context, t snapshot, base *snapshot, offset in
 		return nil
 	}
 	var pending *rbd.Extent
-	for off := start; off < size; off += s.o.Window {
-		exts, err := s.o.Backend.Diff(ctx, t.pool, t.spec(base, off, min(s.o.Window, size-off)))
+	for off := min(uint64(offset)+t.skip, size); off < size; {
+		exts, err := s.o.Backend.Diff(ctx, t.pool, t.spec(base, off, size-off, s.o.Page))
 		if err != nil {
 			return diffStatus(t.id, err)
+		}
+		next := size
+		if len(exts) >= s.o.Page {
+			// A full page: the rest starts where its last extent ends.
+			if next = exts[len(exts)-1].End(); next <= off {
+				return status.Errorf(codes.Internal, "diff of snapshot %s from %d answered %d extents ending at %d: no progress", t.id, off, len(exts), next)
+			}
 		}
 		for _, e := range userExtents(exts, t.skip) {
 			if pending != nil && pending.End() == e.Offset {
@@ -58,6 +65,7 @@ func (s *Server) walk(ctx context.Context, t snapshot, base *snapshot, offset in
 		if err := flush(per); err != nil {
 			return err
 		}
+		off = next
 	}
 	if pending != nil {
 		batch = append(batch, block(*pending))

@@ -19,7 +19,12 @@ import (
 // visiting the objects of a thin image that hold nothing), then, within
 // the objects that changed, for the extents they hold (whole_object off,
 // which visits each object). Without fast-diff the first pass visits
-// every object too, and the answer is the same.
+// every object too, and the answer is the same. With a limit, both passes
+// stop early: the whole-object pass once it has a limit's worth of
+// objects' ranges, and is asked again from there if they hold too few
+// extents; the second once it has the limit's extents. The image is
+// opened once whatever the range, so a thin image costs one open, not one
+// per window.
 func (b *Backend) Diff(ctx context.Context, p rbd.Pool, spec rbd.DiffSpec) ([]rbd.Extent, error) {
 	var out []rbd.Extent
 	err := b.withIoctx(ctx, p, "Diff", func(ioctx *rados.IOContext) error {
@@ -31,37 +36,85 @@ func (b *Backend) Diff(ctx context.Context, p rbd.Pool, spec rbd.DiffSpec) ([]rb
 		if err := checkDiff(img, spec); err != nil {
 			return err
 		}
-		objects, err := diffIterate(ctx, img, spec, spec.Offset, spec.Length, librbd.EnableWholeObject)
-		if err != nil {
-			return err
-		}
-		for _, o := range rbd.Coalesce(asChanged(objects)) {
-			exts, err := diffIterate(ctx, img, spec, o.Offset, o.Length, librbd.DisableWholeObject)
-			if err != nil {
+		// Without a base, a diff lists data: ranges that read as zeros
+		// are not kept.
+		data := spec.Base == "" && spec.BaseID == 0
+		extents := &extentList{limit: spec.Limit, keep: func(e rbd.Extent) bool { return !data || !e.Zero }}
+		end := spec.Offset + spec.Length
+		for off := spec.Offset; off < end && !extents.full(); {
+			objects := &extentList{limit: spec.Limit, anyZero: true}
+			if err := diffIterate(ctx, img, spec, off, end-off, librbd.EnableWholeObject, objects); err != nil {
 				return err
 			}
-			out = append(out, exts...)
+			for _, o := range objects.result() {
+				if err := diffIterate(ctx, img, spec, o.Offset, o.Length, librbd.DisableWholeObject, extents); err != nil {
+					return err
+				}
+				if extents.full() {
+					break
+				}
+			}
+			if !objects.full() {
+				break
+			}
+			got := objects.result()
+			off = got[len(got)-1].End()
 		}
+		out = extents.result()
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if spec.Base == "" {
-		out = dropZeros(out)
-	}
-	return rbd.Coalesce(out), nil
+	return out, nil
 }
 
+// extentList gathers a diff's extents as librbd reports them, joined
+// where they touch, up to one more than its limit: the extra one shows
+// that the limit's last extent is whole (what follows it does not touch
+// it), and is dropped.
+type extentList struct {
+	exts  []rbd.Extent
+	limit int
+	// keep, when set, says which extents to gather; anyZero forgets
+	// whether they hold data (the whole-object pass: the second pass
+	// asks again).
+	keep    func(rbd.Extent) bool
+	anyZero bool
+}
+
+// add gathers e; false once the list is full.
+func (l *extentList) add(e rbd.Extent) bool {
+	if l.anyZero {
+		e.Zero = false
+	}
+	if l.keep == nil || l.keep(e) {
+		l.exts = rbd.Join(l.exts, e)
+	}
+	return !l.full()
+}
+
+func (l *extentList) full() bool { return l.limit > 0 && len(l.exts) > l.limit }
+
+func (l *extentList) result() []rbd.Extent { return rbd.Truncate(l.exts, l.limit) }
+
 // diffIterate is one diff_iterate2 (diff_iterate3 from a base named by
-// ID) over [off, off+length) of spec.
-func diffIterate(ctx context.Context, img *librbd.Image, spec rbd.DiffSpec, off, length uint64, whole librbd.DiffWholeObject) ([]rbd.Extent, error) {
-	var out []rbd.Extent
+// ID) over [off, off+length) of spec, into list, until the list is full.
+func diffIterate(ctx context.Context, img *librbd.Image, spec rbd.DiffSpec, off, length uint64, whole librbd.DiffWholeObject, list *extentList) error {
+	if list.full() {
+		return nil
+	}
+	// A callback that returns non-zero stops the walk, and librbd
+	// returns that value as the call's.
+	var full bool
 	cb := func(off, length uint64, exists int, _ interface{}) int {
 		if ctx.Err() != nil {
 			return -1 // the caller is gone: stop the walk
 		}
-		out = append(out, rbd.Extent{Offset: off, Length: length, Zero: exists == 0})
+		if !list.add(rbd.Extent{Offset: off, Length: length, Zero: exists == 0}) {
+			full = true
+			return -1
+		}
 		return 0
 	}
 	include := librbd.ExcludeParent
@@ -73,16 +126,21 @@ func diffIterate(ctx context.Context, img *librbd.Image, spec rbd.DiffSpec, off,
 		err = img.DiffIterateByID(librbd.DiffIterateByIDConfig{FromSnapID: spec.BaseID, Offset: off, Length: length,
 			IncludeParent: include, WholeObject: whole, Callback: cb})
 		if errors.Is(err, librbd.ErrNotImplemented) {
-			return nil, fmt.Errorf("diff of image id %s@%s from snapshot #%d: %w: librbd lacks rbd_diff_iterate3 (Squid 19 or newer needed)", spec.ImageID, snapRef(spec), spec.BaseID, rbd.ErrNotSupported)
+			return fmt.Errorf("diff of image id %s@%s from snapshot #%d: %w: librbd lacks rbd_diff_iterate3 (Squid 19 or newer needed)", spec.ImageID, snapRef(spec), spec.BaseID, rbd.ErrNotSupported)
 		}
 	} else {
 		err = img.DiffIterate(librbd.DiffIterateConfig{SnapName: spec.Base, Offset: off, Length: length,
 			IncludeParent: include, WholeObject: whole, Callback: cb})
 	}
-	if err != nil {
-		return nil, fmt.Errorf("diff of image id %s@%s from %q: %w", spec.ImageID, snapRef(spec), baseRef(spec), classify(err))
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("diff of image id %s@%s: %w", spec.ImageID, snapRef(spec), wrapCtx(ctx.Err()))
+	case full:
+		return nil
+	case err != nil:
+		return fmt.Errorf("diff of image id %s@%s from %q: %w", spec.ImageID, snapRef(spec), baseRef(spec), classify(err))
 	}
-	return out, nil
+	return nil
 }
 
 // snapRef and baseRef name spec's snapshots in messages: by name, or by
@@ -99,15 +157,6 @@ func baseRef(spec rbd.DiffSpec) string {
 		return "#" + strconv.FormatUint(spec.BaseID, 10)
 	}
 	return spec.Base
-}
-
-// asChanged forgets whether extents hold data: the second pass asks again.
-func asChanged(exts []rbd.Extent) []rbd.Extent {
-	out := make([]rbd.Extent, len(exts))
-	for i, e := range exts {
-		out[i] = rbd.Extent{Offset: e.Offset, Length: e.Length}
-	}
-	return out
 }
 
 // openSnap opens spec's image by ID at its snapshot, read-only, telling a
@@ -180,17 +229,6 @@ func checkDiff(img *librbd.Image, spec rbd.DiffSpec) error {
 func userSnap(img *librbd.Image, id uint64) bool {
 	ns, err := img.GetSnapNamespaceType(id)
 	return err == nil && ns == librbd.SnapNamespaceTypeUser
-}
-
-// dropZeros keeps the extents that hold data.
-func dropZeros(exts []rbd.Extent) []rbd.Extent {
-	out := exts[:0]
-	for _, e := range exts {
-		if !e.Zero {
-			out = append(out, e)
-		}
-	}
-	return out
 }
 
 // WriteAt writes into the image's head.

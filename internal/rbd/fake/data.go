@@ -127,7 +127,7 @@ func (c *Ceph) Diff(ctx context.Context, p rbd.Pool, spec rbd.DiffSpec) ([]rbd.E
 		return nil, fmt.Errorf("diff of %s@%s: range %d+%d past its %d bytes: %w", spec.ImageID, sn.name, spec.Offset, spec.Length, sn.size, rbd.ErrInvalid)
 	}
 	if spec.Base == "" && spec.BaseID == 0 {
-		return rbd.Coalesce(c.allocated(sn, spec.Offset, end)), nil
+		return rbd.Truncate(rbd.Coalesce(c.allocated(sn, spec.Offset, end)), spec.Limit), nil
 	}
 	base := img.userSnap(spec.Base)
 	if spec.BaseID != 0 {
@@ -144,7 +144,7 @@ func (c *Ceph) Diff(ctx context.Context, p rbd.Pool, spec rbd.DiffSpec) ([]rbd.E
 	if base.id >= sn.id {
 		return nil, fmt.Errorf("diff of %s@%s: base snapshot %s is not older: %w", spec.ImageID, sn.name, base.name, rbd.ErrInvalid)
 	}
-	return rbd.Coalesce(delta(base.data, sn.data, spec.Offset, end)), nil
+	return rbd.Truncate(rbd.Coalesce(delta(base.data, sn.data, spec.Offset, end)), spec.Limit), nil
 }
 
 // allocated is where a reader of the snapshot finds data in [off, end):

@@ -49,7 +49,40 @@ func (s *suite) diff(spec rbd.DiffSpec, want ...rbd.Extent) []rbd.Extent {
 	if spec.Base == "" && spec.BaseID == 0 && slices.ContainsFunc(got, func(e rbd.Extent) bool { return e.Zero }) {
 		s.t.Errorf("%s = %+v: lists a range without data", what, got)
 	}
+	for _, limit := range []int{1, 2} {
+		if walked := s.walk(spec, limit); !slices.Equal(walked, got) {
+			s.t.Errorf("%s with a limit of %d, asked again from the end of each answer: %+v, want %+v", what, limit, walked, got)
+		}
+	}
 	return got
+}
+
+// walk runs Diff over spec's range limit extents at a time, as a caller
+// holding no more than that does, and returns what it found, joined.
+func (s *suite) walk(spec rbd.DiffSpec, limit int) []rbd.Extent {
+	s.t.Helper()
+	var walked []rbd.Extent
+	end := spec.Offset + spec.Length
+	for page, off := 0, spec.Offset; off < end; page++ {
+		if page > 100 {
+			s.t.Fatalf("Diff with a limit of %d: still answering after %d calls, at %d", limit, page, off)
+		}
+		ask := spec
+		ask.Offset, ask.Length, ask.Limit = off, end-off, limit
+		got, err := s.Backend.Diff(s.ctx(), s.Pool, ask)
+		s.must(err, fmt.Sprintf("Diff with a limit of %d from %d", limit, off))
+		if len(got) > limit {
+			s.t.Fatalf("Diff with a limit of %d from %d = %+v: more than the limit", limit, off, got)
+		}
+		for _, e := range got {
+			walked = rbd.Join(walked, e)
+		}
+		if len(got) < limit {
+			break
+		}
+		off = got[len(got)-1].End()
+	}
+	return walked
 }
 
 // covers checks the answer got of a diff over [off, end) against the
