@@ -60,6 +60,7 @@ func TestForceDetachAcrossGuests(t *testing.T) {
 
 	cut := time.Now()
 	restore := setLinkA(t, dir, "down")
+	beat := heartbeat(t, e.c, "node-a") // the last before the cut
 	if err := agent.Ping(2 * time.Second); err == nil {
 		t.Fatal("guest A still answers with its link down")
 	}
@@ -86,6 +87,16 @@ func TestForceDetachAcrossGuests(t *testing.T) {
 	s.oldNodeCannotWrite(t)
 	if l := e.c.Lockers(t, s.image); slices.Contains(l, s.fenced[0]) {
 		t.Fatalf("guest A's client holds the lock again after its link came back: %v", l)
+	}
+	// The unstage lifts the fence with node-a's own Ceph client, which
+	// reconnects in its own time after the cut (seconds, or tens of
+	// seconds on an emulated guest under load); a lift it cannot make
+	// waits for the entries to expire, as designed. The test unstages
+	// once node-a reaches Ceph again: a heartbeat newer than the cut.
+	for deadline := time.Now().Add(2 * time.Minute); heartbeat(t, e.c, "node-a") == beat; time.Sleep(time.Second) {
+		if time.Now().After(deadline) {
+			t.Fatal("node-a wrote no heartbeat in the two minutes after its link came back")
+		}
 	}
 	s.oldNodeUnstages(t)
 	s.normalDetach(t)
@@ -137,4 +148,13 @@ func remoteSecretDir(t *testing.T, m harness.Machine, user, key string) string {
 		harness.MustRun(t, m, []byte(v), time.Minute, "install", "-m", "0600", "/proc/self/fd/0", filepath.Join(dir, name))
 	}
 	return dir
+}
+
+// heartbeat is node's value in the node registry (the Unix time of its
+// last heartbeat, by its own clock), as rados prints it.
+func heartbeat(t *testing.T, c harness.Cluster, node string) string {
+	t.Helper()
+	out, err := c.Rados(append([]string{"-p", c.Pool, "getomapval", c.Object("rbdcsi.nodes"), node}, c.NamespaceArgs()...)...)
+	harness.Must(t, err, "rados getomapval of %s's heartbeat: %s", node, out)
+	return out
 }
