@@ -37,7 +37,8 @@
 # Environment: RBDCSI_E2E_CACHE (build cache, default /var/cache/rbdcsi-e2e;
 # the release goes to its release/), E2E_ARTIFACTS (where logs go on
 # failure, default /tmp/rbdcsi-e2e-artifacts), E2E_KEEP=1 (leave everything
-# up after the tests, for a look; then run `scripts/k8s-e2e.sh down WORKDIR`).
+# up after the tests, for a look; then run `scripts/k8s-e2e.sh down WORKDIR`),
+# E2E_PARALLEL (how many scenarios run at once, default 3; 1: one at a time).
 set -euo pipefail
 
 readonly PROG=${0##*/}
@@ -324,7 +325,10 @@ go_test() {
 		mapfile -t args <<<"$out"
 	fi
 	local rc=0
-	go test -tags="$("$ROOT/build/ceph-tags.sh"),e2e_k8s" -json -count=1 -timeout 45m ./e2e/k8s/ "${args[@]}" "$@" |
+	# -parallel: the scenarios run side by side (e2e/k8s/order_test.go),
+	# E2E_PARALLEL of them, plus the two final checks waiting for them.
+	go test -tags="$("$ROOT/build/ceph-tags.sh"),e2e_k8s" -json -count=1 -timeout 45m -parallel $((${E2E_PARALLEL:-3} + 2)) \
+		./e2e/k8s/ "${args[@]}" "$@" |
 		"$E2E_TOOLS/testreport" pipe -o "$events" || rc=$?
 	if (($# == 0)); then
 		"$E2E_TOOLS/testreport" check -step "e2e $pass" -list "$ROOT/scripts/k8s-e2e.tests" -v "$pass=$events" || rc=1

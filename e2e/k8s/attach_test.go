@@ -26,6 +26,7 @@ const fakeNode = "rbdcsi-e2e-fake-node"
 // refused by ControllerPublishVolume; once the first pod is gone, the
 // volume attaches to the other node.
 func TestAttach(t *testing.T) {
+	scenario(t)
 	k := newKube(t, "attach")
 	k.createPVC(pvcOpts{name: "rwo", class: "rbdcsi-ext4", size: "256Mi"})
 	pv := k.waitBound("rwo")

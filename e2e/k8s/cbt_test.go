@@ -239,6 +239,7 @@ spec:
 // The three run side by side, each in a namespace of its own: most of
 // their time is spent waiting for claims and pods.
 func TestChangedBlockTracking(t *testing.T) {
+	scenario(t)
 	for _, c := range []struct {
 		kind     string
 		restored bool

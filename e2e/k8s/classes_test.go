@@ -15,6 +15,7 @@ import (
 // features, and the filesystem a pod writes to was made with those
 // options (read from an rbd export once the volume is unstaged).
 func TestNonDefaultFeaturesAndMkfsOptions(t *testing.T) {
+	scenario(t)
 	k := newKube(t, "classes")
 	name := "rbdcsi-e2e-" + k.ns
 	params := k.shippedClassParams("clusterID", "pool")

@@ -36,6 +36,7 @@ type exampleScenario struct {
 // saying why; a file no scenario applies, or a claim of a class the
 // install does not make, fails.
 func TestExamples(t *testing.T) {
+	scenario(t)
 	loadEnv(t)
 	scenarios := []exampleScenario{
 		{"filesystem", []string{"pvc-filesystem.yaml", "pod-filesystem.yaml", "snapshot.yaml", "pvc-restore.yaml", "pvc-clone.yaml"}, exampleFilesystem, nil},

@@ -24,6 +24,7 @@ const capRefusal = "online ext4 resize needs CAP_SYS_RESOURCE, which the plugin 
 // skips, naming the driver's answer; TestExpansionAtNextStage/ext4 proves
 // what happens there instead.
 func TestOnlineExpansion(t *testing.T) {
+	scenario(t)
 	for _, fs := range []string{"ext4", "xfs"} {
 		t.Run(fs, func(t *testing.T) {
 			x := startExpansion(t, "expand-"+fs, fs)
@@ -65,6 +66,7 @@ func TestOnlineExpansion(t *testing.T) {
 // capability, the growth is online (TestOnlineExpansion/ext4) and there
 // is no refusal to check: skipped.
 func TestExpansionAtNextStage(t *testing.T) {
+	scenario(t)
 	t.Run("ext4", func(t *testing.T) {
 		if hostHasCapSysResource(t) {
 			t.Skip("this node's root has CAP_SYS_RESOURCE: a mounted ext4 grows online (TestOnlineExpansion/ext4), so there is no refusal and no growth at the next stage to check")

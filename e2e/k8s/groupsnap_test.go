@@ -34,6 +34,7 @@ const groupSnapClass = "rbdcsi-e2e-groupsnapclass"
 // RBDCSI_E2E_GROUPSNAP=1. There the driver must advertise the group
 // controller; elsewhere the test skips.
 func TestGroupSnapshotRestoresEachMember(t *testing.T) {
+	scenario(t)
 	if os.Getenv("RBDCSI_E2E_GROUPSNAP") != "1" {
 		t.Skip("needs the plugin image built on forky and a Tentacle cluster: the groupsnap pass of scripts/k8s-e2e.sh (E2E_PASSES=groupsnap) sets RBDCSI_E2E_GROUPSNAP=1")
 	}

@@ -23,6 +23,7 @@ const baseManifests = "../../deploy/kubernetes"
 // base's own pods, beside the controller that the guide's install runs in
 // such a namespace (TestDriverDeployed).
 func TestControllerAdmittedUnderRestricted(t *testing.T) {
+	scenario(t)
 	k := newKube(t, "podsecurity")
 	k.must("label", "namespace", k.ns, "pod-security.kubernetes.io/enforce=restricted")
 

@@ -17,6 +17,7 @@ import (
 // class changes them (the resizer calls ControllerModifyVolume); the
 // claim's status then names the new class.
 func TestVolumeAttributesClassSetsQoS(t *testing.T) {
+	scenario(t)
 	k := newKube(t, "qos")
 	slow, fast := "rbdcsi-e2e-slow-"+k.ns, "rbdcsi-e2e-fast-"+k.ns
 	t.Cleanup(func() {

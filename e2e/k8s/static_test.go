@@ -19,6 +19,7 @@ import (
 // unchanged and writes more; after the claim and the PV are gone the image
 // is still there, with both.
 func TestTakeOverCephCSIVolume(t *testing.T) {
+	scenario(t)
 	k := newKube(t, "takeover")
 	image := "csi-vol-5d9e0c7a-2b4f-4a61-8e3d-7f1a2b3c4d5e"
 	tok := token(t)

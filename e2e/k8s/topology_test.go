@@ -22,6 +22,7 @@ const zoneKey = "topology." + driverName + "/zone"
 // node affinity to zone-a; an Immediate class that only zone-b's pool
 // serves gets a volume accessible from zone-b only.
 func TestTopologyConstrainedPools(t *testing.T) {
+	scenario(t)
 	k := newKube(t, "topology")
 	var csiNode storagev1.CSINode
 	if !k.get(&csiNode, "csinode", k.e.nodeName) {

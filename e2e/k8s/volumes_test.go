@@ -15,6 +15,7 @@ import (
 // bound; a pod writes a file; the pod is deleted (unpublish, unstage,
 // detach); a new pod on the node reads the file back.
 func TestFilesystemPersists(t *testing.T) {
+	scenario(t)
 	for _, fs := range []string{"ext4", "xfs"} {
 		t.Run(fs, func(t *testing.T) {
 			k := newKube(t, "fs-"+fs)
@@ -62,6 +63,7 @@ func TestFilesystemPersists(t *testing.T) {
 // TestBlockVolume: a Block PVC is handed to a pod as a device; raw bytes
 // written at an offset are read back, also by a later pod.
 func TestBlockVolume(t *testing.T) {
+	scenario(t)
 	k := newKube(t, "block")
 	tok := "rbdcsi-block-" + token(t)
 	k.createPVC(pvcOpts{name: "raw", class: "rbdcsi-block", size: "128Mi", block: true})
@@ -97,6 +99,7 @@ func TestBlockVolume(t *testing.T) {
 // sees the snapshot-time data, a PVC cloned from the source sees the
 // current data; after the source PVC is deleted, a restore still works.
 func TestSnapshotRestoreClone(t *testing.T) {
+	scenario(t)
 	k := newKube(t, "snap")
 	k.createPVC(pvcOpts{name: "src", class: "rbdcsi-ext4", size: "256Mi"})
 	srcImage := imageOf(t, k.waitBound("src"))

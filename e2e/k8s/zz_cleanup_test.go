@@ -18,6 +18,7 @@ import (
 // has no CSI mount, no loop device over an rbd-fuse file, no rbd-fuse
 // process and no state record left.
 func TestZZCleanupLeavesNothing(t *testing.T) {
+	final(t)
 	e := loadEnv(t)
 	k := &kube{t: t, e: e}
 	if _, err := k.run(10*time.Minute, "", "delete", "namespace", "-l", "rbdcsi-e2e=test", "--wait=true", "--timeout=8m"); err != nil {

@@ -23,6 +23,7 @@ import (
 // release or release record; kubelet no longer lists the driver; and in
 // Ceph no node registry object and neither user.
 func TestZZZUninstallLeavesNothing(t *testing.T) {
+	final(t)
 	g := loadGuideRun(t)
 	e := loadEnv(t)
 	k := &kube{t: t, e: e}
