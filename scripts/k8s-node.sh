@@ -153,7 +153,11 @@ setup_network() {
 	if ip link show "$POD_BRIDGE" >/dev/null 2>&1; then
 		die "interface $POD_BRIDGE already exists (another run? \`$PROG down\` its directory)"
 	fi
-	ip link add "$POD_BRIDGE" type bridge || die "cannot create bridge $POD_BRIDGE"
+	# A fixed MAC address: a bridge without one takes the lowest of its
+	# ports', which changes as pods come and go, and every pod's ARP entry
+	# for the gateway goes stale with it (its traffic to the node, and the
+	# kubelet's probes of it, then vanish for up to a minute).
+	ip link add "$POD_BRIDGE" address 02:72:62:64:65:01 type bridge || die "cannot create bridge $POD_BRIDGE"
 	touch "$DIR/state/pod-bridge"
 	ip addr add "$POD_GW/${POD_CIDR#*/}" dev "$POD_BRIDGE"
 	ip link set "$POD_BRIDGE" up

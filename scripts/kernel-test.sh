@@ -120,7 +120,10 @@ readonly LIST=$ROOT/scripts/kernel-test.tests
 
 ip netns add "$ns"
 ip -n "$ns" link set lo up
-ip -n "$ns" link add br0 type bridge
+# A fixed MAC address: a bridge without one takes the lowest of its ports',
+# which changes when a guest's tap joins, and the other guest's ARP entry for
+# the host goes stale.
+ip -n "$ns" link add br0 address 02:72:62:64:6b:01 type bridge
 ip -n "$ns" addr add "$NET.1/$LEN" dev br0
 ip -n "$ns" link set br0 up
 # cluster_of MAPPER: the Debian suite whose Ceph serves MAPPER's guest, or host.
