@@ -112,10 +112,13 @@ func deviceBytes(t *testing.T, dev string, size int64) []byte {
 // it: the ranges come in the offsets of the device the user writes (the
 // LUKS header before it is left out), a full copy of the first snapshot
 // from its allocated ranges plus the second's delta, written to another
-// encrypted volume with a key of its own, read as the second snapshot
-// does. The volume is first written whole: a range never written reads
-// as noise through dm-crypt, different under each key, and is no data of
-// the user's.
+// encrypted volume with a key of its own, reads as the second snapshot
+// does. The copies are read from the source's device while it holds what
+// the snapshot holds (nothing writes it between the snapshot and the
+// copy): a restore of an encrypted snapshot is TestEncryptedRestoreAndClone's,
+// and two more encrypted volumes cost minutes in the emulated guest. The
+// volume is first written whole: a range never written reads as noise
+// through dm-crypt, different under each key, and is no data of the user's.
 func TestEncryptedBackupRoundTrip(t *testing.T) {
 	e := setupCrypt(t)
 	const size = 40 * mib
@@ -123,6 +126,7 @@ func TestEncryptedBackupRoundTrip(t *testing.T) {
 	c := blockCap(singleWriter)
 	src := e.createVolume("cbt-src", size, c, encrypted("tenant-a")...)
 	dev := e.mountAt(src, "src", c)
+	backup := e.mountAt(e.createVolume("cbt-copy", size, c, encrypted("tenant-b")...), "copy", c)
 
 	// Staged, the image holds its LUKS header and nothing of the user's.
 	s0 := e.snapshot("cbt-s0", src)
@@ -131,6 +135,10 @@ func TestEncryptedBackupRoundTrip(t *testing.T) {
 	want := pattern(device, "full")
 	writeAt(t, dev, 0, want)
 	s1 := e.snapshot("cbt-s1", src)
+	full := e.allocated(s1, size)
+	sameSpans(t, "allocated of the written volume", full, []span{{0, device}})
+	copySpans(t, dev, backup, full)
+
 	changes := []span{{mib + 4096, 8192}, {10 * mib, mib}, {20*mib - 4096, 8192}}
 	for _, s := range changes {
 		b := pattern(int(s.n), "change")
@@ -138,25 +146,13 @@ func TestEncryptedBackupRoundTrip(t *testing.T) {
 		copy(want[s.off:], b)
 	}
 	s2 := e.snapshot("cbt-s2", src)
-
-	full := e.allocated(s1, size)
-	sameSpans(t, "allocated of the written volume", full, []span{{0, device}})
 	delta := e.delta(s1, s2, size)
 	// Every object held data in s1: Ceph reports a rewrite to the byte.
 	sameSpans(t, "delta", delta, changes)
+	copySpans(t, dev, backup, delta)
 
-	first := e.mountAt(e.createFrom("cbt-r1", size, c, snapshotSource(s1), encrypted("tenant-a")...), "r1", c)
-	second := e.mountAt(e.createFrom("cbt-r2", size, c, snapshotSource(s2), encrypted("tenant-a")...), "r2", c)
-	backup := e.mountAt(e.createVolume("cbt-copy", size, c, encrypted("tenant-b")...), "copy", c)
-	copySpans(t, first, backup, full)
-	copySpans(t, second, backup, delta)
 	got := deviceBytes(t, backup, device)
-	if !bytes.Equal(got, deviceBytes(t, second, device)) || !bytes.Equal(got, want) {
-		t.Fatalf("the copy made from the allocated ranges and the delta (%s) differs from snapshot 2 (%s; written %s)",
-			sum(got), sum(deviceBytes(t, second, device)), sum(want))
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the copy made from the allocated ranges and the delta (%s) differs from snapshot 2 (written %s)", sum(got), sum(want))
 	}
-}
-
-func snapshotSource(id string) *csi.VolumeContentSource {
-	return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: id}}}
 }
