@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"errors"
-	"io"
 	"testing"
 
 	librbd "github.com/ceph/go-ceph/rbd"
@@ -10,88 +8,31 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/rbdcsi/rbdcsi/e2e/harness"
+	"github.com/rbdcsi/rbdcsi/e2e/ranges"
 )
 
 // objectSize is the RADOS object size of the volumes here (RBD's
 // default, order 22): Ceph may report a changed range rounded out to it.
 const objectSize = 4 * mib
 
-// byteRange is [off, off+n).
-type byteRange struct{ off, n int64 }
-
-// listBlocks reads a whole SnapshotMetadata stream: the ranges, and the
-// volume size every message must carry.
-func listBlocks(t *testing.T, recv func() ([]*csi.BlockMetadata, int64, error), size int64) []byteRange {
-	t.Helper()
-	var out []byteRange
-	for {
-		blocks, capacity, err := recv()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		harness.Must(t, err, "reading the stream")
-		if capacity != size {
-			t.Fatalf("volume_capacity_bytes %d, want %d", capacity, size)
-		}
-		for _, b := range blocks {
-			if n := len(out); b.SizeBytes <= 0 || n > 0 && b.ByteOffset < out[n-1].off+out[n-1].n {
-				t.Fatalf("range %d+%d is empty or overlaps the one before (%v)", b.ByteOffset, b.SizeBytes, out)
-			}
-			out = append(out, byteRange{b.ByteOffset, b.SizeBytes})
-		}
-	}
-}
-
-func (e env) allocated(t *testing.T, snap string, size int64) []byteRange {
+func (e env) allocated(t *testing.T, snap string, size int64) []ranges.Range {
 	t.Helper()
 	s, err := csi.NewSnapshotMetadataClient(e.p.Conn).GetMetadataAllocated(harness.Ctx(t), &csi.GetMetadataAllocatedRequest{SnapshotId: snap, Secrets: e.c.Secrets()})
 	harness.Must(t, err, "GetMetadataAllocated %s", snap)
-	return listBlocks(t, func() ([]*csi.BlockMetadata, int64, error) {
+	return ranges.Read(t, size, func() ([]*csi.BlockMetadata, int64, error) {
 		r, err := s.Recv()
 		return r.GetBlockMetadata(), r.GetVolumeCapacityBytes(), err
-	}, size)
+	})
 }
 
-func (e env) delta(t *testing.T, base, target string, size int64) []byteRange {
+func (e env) delta(t *testing.T, base, target string, size int64) []ranges.Range {
 	t.Helper()
 	s, err := csi.NewSnapshotMetadataClient(e.p.Conn).GetMetadataDelta(harness.Ctx(t), &csi.GetMetadataDeltaRequest{BaseSnapshotId: base, TargetSnapshotId: target, Secrets: e.c.Secrets()})
 	harness.Must(t, err, "GetMetadataDelta %s..%s", base, target)
-	return listBlocks(t, func() ([]*csi.BlockMetadata, int64, error) {
+	return ranges.Read(t, size, func() ([]*csi.BlockMetadata, int64, error) {
 		r, err := s.Recv()
 		return r.GetBlockMetadata(), r.GetVolumeCapacityBytes(), err
-	}, size)
-}
-
-// covers checks that got holds every byte of want and nothing outside
-// want rounded out to whole objects.
-func covers(t *testing.T, what string, got, want []byteRange) {
-	t.Helper()
-	in := func(rs []byteRange, off int64) bool {
-		for _, r := range rs {
-			if r.off <= off && off < r.off+r.n {
-				return true
-			}
-		}
-		return false
-	}
-	for _, w := range want {
-		for off := w.off; off < w.off+w.n; off += 4096 {
-			if !in(got, off) {
-				t.Fatalf("%s: %v misses byte %d of %v", what, got, off, want)
-			}
-		}
-	}
-	var rounded []byteRange
-	for _, w := range want {
-		lo := w.off / objectSize * objectSize
-		hi := (w.off + w.n + objectSize - 1) / objectSize * objectSize
-		rounded = append(rounded, byteRange{lo, hi - lo})
-	}
-	for _, g := range got {
-		if !in(rounded, g.off) || !in(rounded, g.off+g.n-1) {
-			t.Fatalf("%s: %v reaches past %v (whole objects of %v)", what, got, rounded, want)
-		}
-	}
+	})
 }
 
 // A backup's view of a volume, through the plugin on real Ceph: what a
@@ -131,8 +72,8 @@ func TestSnapshotMetadataOnRealCeph(t *testing.T) {
 	if !owner {
 		t.Fatal("the writer does not hold the exclusive lock after writing")
 	}
-	covers(t, "allocated s1", e.allocated(t, s1.SnapshotId, size), []byteRange{{0, 64 << 10}, {8 * mib, 4 * mib}})
-	covers(t, "delta s1..s2", e.delta(t, s1.SnapshotId, s2.SnapshotId, size), []byteRange{{2 * mib, 4096}, {20 * mib, 128 << 10}})
+	ranges.Covers(t, "allocated s1", e.allocated(t, s1.SnapshotId, size), ranges.Of(0, 64<<10, 8*mib, 4*mib), objectSize)
+	ranges.Covers(t, "delta s1..s2", e.delta(t, s1.SnapshotId, s2.SnapshotId, size), ranges.Of(2*mib, 4096, 20*mib, 128<<10), objectSize)
 	if owner, err := img.LockIsExclusiveOwner(); err != nil || !owner {
 		t.Fatalf("the writer lost its exclusive lock to the metadata calls (owner %v, %v)", owner, err)
 	}
@@ -142,7 +83,7 @@ func TestSnapshotMetadataOnRealCeph(t *testing.T) {
 	harness.Must(t, err, "restoring snapshot 1")
 	r1, err := e.snapshot(t, "cbt-r1", restored.VolumeId)
 	harness.Must(t, err, "snapshot of the restore")
-	covers(t, "allocated of the restore", e.allocated(t, r1.SnapshotId, size), []byteRange{{0, 64 << 10}, {8 * mib, 4 * mib}})
+	ranges.Covers(t, "allocated of the restore", e.allocated(t, r1.SnapshotId, size), ranges.Of(0, 64<<10, 8*mib, 4*mib), objectSize)
 	e.deleteSnapshot(t, r1.SnapshotId)
 	e.delete(t, restored.VolumeId)
 
@@ -175,7 +116,7 @@ func TestSnapshotMetadataOnRealCeph(t *testing.T) {
 	// The deleted volume's snapshots still answer (its image is hidden).
 	img.Close()
 	e.delete(t, vol.VolumeId)
-	covers(t, "delta of a deleted volume's snapshots", e.delta(t, s1.SnapshotId, s2.SnapshotId, size), []byteRange{{2 * mib, 4096}, {20 * mib, 128 << 10}})
+	ranges.Covers(t, "delta of a deleted volume's snapshots", e.delta(t, s1.SnapshotId, s2.SnapshotId, size), ranges.Of(2*mib, 4096, 20*mib, 128<<10), objectSize)
 }
 
 // A group snapshot's members, through the plugin on real Ceph: each
@@ -224,10 +165,10 @@ func TestSnapshotMetadataOfGroupMembers(t *testing.T) {
 	write(20*mib, 4096)
 	m3 := member("cbt-g3")
 
-	covers(t, "allocated of a member", e.allocated(t, m1, size), []byteRange{{0, 64 << 10}})
-	covers(t, "delta member to member", e.delta(t, m1, m3, size), []byteRange{{8 * mib, 128 << 10}, {20 * mib, 4096}})
-	covers(t, "delta member to snapshot", e.delta(t, m1, s2.SnapshotId, size), []byteRange{{8 * mib, 128 << 10}})
-	covers(t, "delta snapshot to member", e.delta(t, s2.SnapshotId, m3, size), []byteRange{{20 * mib, 4096}})
+	ranges.Covers(t, "allocated of a member", e.allocated(t, m1, size), ranges.Of(0, 64<<10), objectSize)
+	ranges.Covers(t, "delta member to member", e.delta(t, m1, m3, size), ranges.Of(8*mib, 128<<10, 20*mib, 4096), objectSize)
+	ranges.Covers(t, "delta member to snapshot", e.delta(t, m1, s2.SnapshotId, size), ranges.Of(8*mib, 128<<10), objectSize)
+	ranges.Covers(t, "delta snapshot to member", e.delta(t, s2.SnapshotId, m3, size), ranges.Of(20*mib, 4096), objectSize)
 	s, err := csi.NewSnapshotMetadataClient(e.p.Conn).GetMetadataDelta(harness.Ctx(t), &csi.GetMetadataDeltaRequest{BaseSnapshotId: m3, TargetSnapshotId: m1, Secrets: e.c.Secrets()})
 	if err == nil {
 		_, err = s.Recv()

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/rbdcsi/rbdcsi/e2e/ranges"
 )
 
 // Changed-block tracking as backup tools see it: through the
@@ -22,9 +24,6 @@ const (
 	cbtSize   = 64 << 20 // the claims' size, "64Mi"
 	objectLen = 4 << 20  // RBD's object size: Ceph may round a new range out to it
 )
-
-// span is a byte range, [off, off+n).
-type span struct{ off, n int64 }
 
 // backupTool runs the backup tool in pods of one namespace.
 type backupTool struct {
@@ -133,10 +132,10 @@ type listing struct {
 	Copied   int64      `json:"copied"`
 }
 
-func (l listing) spans() []span {
-	out := make([]span, len(l.Ranges))
+func (l listing) ranges() []ranges.Range {
+	out := make([]ranges.Range, len(l.Ranges))
 	for i, r := range l.Ranges {
-		out[i] = span{r[0], r[1]}
+		out[i] = ranges.Range{Off: r[0], N: r[1]}
 	}
 	return out
 }
@@ -168,44 +167,12 @@ func (b backupTool) list(snapshot, base string) listing {
 	return l
 }
 
-// covers checks that got holds every byte of want and nothing outside
-// want rounded out to whole objects.
-func covers(t *testing.T, what string, got, want []span) {
-	t.Helper()
-	in := func(ss []span, off int64) bool {
-		for _, s := range ss {
-			if s.off <= off && off < s.off+s.n {
-				return true
-			}
-		}
-		return false
-	}
-	for _, w := range want {
-		for off := w.off; off < w.off+w.n; off += 4096 {
-			if !in(got, off) {
-				t.Fatalf("%s: %v misses byte %d of %v", what, got, off, want)
-			}
-		}
-	}
-	var rounded []span
-	for _, w := range want {
-		lo := w.off / objectLen * objectLen
-		hi := (w.off + w.n + objectLen - 1) / objectLen * objectLen
-		rounded = append(rounded, span{lo, hi - lo})
-	}
-	for _, g := range got {
-		if !in(rounded, g.off) || !in(rounded, g.off+g.n-1) {
-			t.Fatalf("%s: %v reaches past %v (whole objects of %v)", what, got, rounded, want)
-		}
-	}
-}
-
-// writeSpans writes random data over each span of the block claim in pod.
-func (k *kube) writeSpans(pod string, ss []span) {
+// writeRanges writes random data over each range of the block claim in pod.
+func (k *kube) writeRanges(pod string, rs []ranges.Range) {
 	k.t.Helper()
 	var script strings.Builder
-	for _, s := range ss {
-		fmt.Fprintf(&script, "dd if=/dev/urandom of=/dev/xvda bs=4096 seek=%d count=%d conv=notrunc,fsync 2>/dev/null\n", s.off/4096, s.n/4096)
+	for _, r := range rs {
+		fmt.Fprintf(&script, "dd if=/dev/urandom of=/dev/xvda bs=4096 seek=%d count=%d conv=notrunc,fsync 2>/dev/null\n", r.Off/4096, r.N/4096)
 	}
 	k.mustExec(pod, script.String()+"sync")
 }
@@ -261,15 +228,15 @@ func testChangedBlocks(t *testing.T, kind string, restored bool) {
 	}
 	size := fmt.Sprint(cbtSize)
 
-	var parent []span
+	var parent []ranges.Range
 	source := ""
 	if restored {
-		parent = []span{{30 << 20, 1 << 20}}
+		parent = ranges.Of(30<<20, 1<<20)
 		k.createPVC(pvcOpts{name: "parent", class: class, size: size, block: true})
 		k.waitBound("parent")
 		k.createPod(podOpts{name: "parent-writer", pvc: "parent", block: true})
 		k.waitRunning("parent-writer")
-		k.writeSpans("parent-writer", parent)
+		k.writeRanges("parent-writer", parent)
 		k.snapshot("parent-snap", "parent")
 		k.deletePod("parent-writer")
 		source = "VolumeSnapshot/parent-snap"
@@ -279,16 +246,16 @@ func testChangedBlocks(t *testing.T, kind string, restored bool) {
 	k.createPod(podOpts{name: "writer", pvc: "src", block: block})
 	k.waitRunning("writer")
 
-	first := []span{{0, 64 << 10}, {8 << 20, 4 << 20}}
-	second := []span{{2 << 20, 4096}, {20 << 20, 128 << 10}, {40<<20 - 4096, 8192}}
+	first := ranges.Of(0, 64<<10, 8<<20, 4<<20)
+	second := ranges.Of(2<<20, 4096, 20<<20, 128<<10, 40<<20-4096, 8192)
 	if block {
-		k.writeSpans("writer", first)
+		k.writeRanges("writer", first)
 	} else {
 		k.mustExec("writer", "dd if=/dev/urandom of=/data/one bs=1M count=3 2>/dev/null && sync")
 	}
 	k.snapshot("s1", "src")
 	if block {
-		k.writeSpans("writer", second)
+		k.writeRanges("writer", second)
 	} else {
 		k.mustExec("writer", "dd if=/dev/urandom of=/data/two bs=1M count=2 2>/dev/null && "+
 			"dd if=/dev/urandom of=/data/one bs=4096 seek=100 count=16 conv=notrunc 2>/dev/null && sync")
@@ -297,8 +264,8 @@ func testChangedBlocks(t *testing.T, kind string, restored bool) {
 
 	full, delta := tool.list("s1", ""), tool.list("s2", "s1")
 	if block {
-		covers(t, "allocated of s1", full.spans(), append(first, parent...))
-		covers(t, "delta s1..s2", delta.spans(), second)
+		ranges.Covers(t, "allocated of s1", full.ranges(), append(first, parent...), objectLen)
+		ranges.Covers(t, "delta s1..s2", delta.ranges(), second, objectLen)
 	} else if len(delta.Ranges) == 0 {
 		t.Fatal("the delta of the filesystem's two snapshots is empty")
 	}

@@ -2,18 +2,14 @@ package node
 
 import (
 	"bytes"
-	"errors"
-	"io"
 	"os"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/rbdcsi/rbdcsi/e2e/harness"
+	"github.com/rbdcsi/rbdcsi/e2e/ranges"
 )
-
-// span is a byte range of a device, [off, off+n).
-type span struct{ off, n int64 }
 
 // snapshot takes a snapshot of v and deletes it when the test ends.
 func (e *env) snapshot(name string, v *csi.Volume) string {
@@ -28,72 +24,40 @@ func (e *env) snapshot(name string, v *csi.Volume) string {
 	return id
 }
 
-// spans reads a whole SnapshotMetadata stream; every message must carry
-// the volume's size.
-func spans(t *testing.T, size int64, recv func() ([]*csi.BlockMetadata, int64, error)) []span {
-	t.Helper()
-	var out []span
-	for {
-		blocks, capacity, err := recv()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		harness.Must(t, err, "reading the SnapshotMetadata stream")
-		if capacity != size {
-			t.Fatalf("volume_capacity_bytes %d, want %d", capacity, size)
-		}
-		for _, b := range blocks {
-			out = append(out, span{b.ByteOffset, b.SizeBytes})
-		}
-	}
-}
-
 // allocated and delta ask the plugin's SnapshotMetadata service, as the
 // external-snapshot-metadata sidecar does.
-func (e *env) allocated(snap string, size int64) []span {
+func (e *env) allocated(snap string, size int64) []ranges.Range {
 	e.t.Helper()
 	s, err := csi.NewSnapshotMetadataClient(e.p.Conn).GetMetadataAllocated(ctx(e.t), &csi.GetMetadataAllocatedRequest{SnapshotId: snap, Secrets: e.secrets()})
 	harness.Must(e.t, err, "GetMetadataAllocated")
-	return spans(e.t, size, func() ([]*csi.BlockMetadata, int64, error) {
+	return ranges.Read(e.t, size, func() ([]*csi.BlockMetadata, int64, error) {
 		r, err := s.Recv()
 		return r.GetBlockMetadata(), r.GetVolumeCapacityBytes(), err
 	})
 }
 
-func (e *env) delta(base, target string, size int64) []span {
+func (e *env) delta(base, target string, size int64) []ranges.Range {
 	e.t.Helper()
 	s, err := csi.NewSnapshotMetadataClient(e.p.Conn).GetMetadataDelta(ctx(e.t), &csi.GetMetadataDeltaRequest{BaseSnapshotId: base, TargetSnapshotId: target, Secrets: e.secrets()})
 	harness.Must(e.t, err, "GetMetadataDelta")
-	return spans(e.t, size, func() ([]*csi.BlockMetadata, int64, error) {
+	return ranges.Read(e.t, size, func() ([]*csi.BlockMetadata, int64, error) {
 		r, err := s.Recv()
 		return r.GetBlockMetadata(), r.GetVolumeCapacityBytes(), err
 	})
 }
 
-func sameSpans(t *testing.T, what string, got, want []span) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %v, want %v", what, got, want)
-	}
-	for i := range got {
-		if got[i] != want[i] {
-			t.Fatalf("%s: %v, want %v", what, got, want)
-		}
-	}
-}
-
-// copySpans copies the spans from one device to another, as a backup
+// copyRanges copies the ranges from one device to another, as a backup
 // and its restore move the ranges the service lists.
-func copySpans(t *testing.T, from, to string, ss []span) {
+func copyRanges(t *testing.T, from, to string, rs []ranges.Range) {
 	t.Helper()
 	f, err := os.Open(from)
 	harness.Must(t, err, "open %s", from)
 	defer f.Close()
-	for _, s := range ss {
-		buf := make([]byte, s.n)
-		_, err := f.ReadAt(buf, s.off)
-		harness.Must(t, err, "read %d bytes at %d of %s", s.n, s.off, from)
-		writeAt(t, to, s.off, buf)
+	for _, r := range rs {
+		buf := make([]byte, r.N)
+		_, err := f.ReadAt(buf, r.Off)
+		harness.Must(t, err, "read %d bytes at %d of %s", r.N, r.Off, from)
+		writeAt(t, to, r.Off, buf)
 	}
 }
 
@@ -130,26 +94,26 @@ func TestEncryptedBackupRoundTrip(t *testing.T) {
 
 	// Staged, the image holds its LUKS header and nothing of the user's.
 	s0 := e.snapshot("cbt-s0", src)
-	sameSpans(t, "allocated right after the format", e.allocated(s0, size), nil)
+	ranges.Equal(t, "allocated right after the format", e.allocated(s0, size), nil)
 
 	want := pattern(device, "full")
 	writeAt(t, dev, 0, want)
 	s1 := e.snapshot("cbt-s1", src)
 	full := e.allocated(s1, size)
-	sameSpans(t, "allocated of the written volume", full, []span{{0, device}})
-	copySpans(t, dev, backup, full)
+	ranges.Equal(t, "allocated of the written volume", full, ranges.Of(0, device))
+	copyRanges(t, dev, backup, full)
 
-	changes := []span{{mib + 4096, 8192}, {10 * mib, mib}, {20*mib - 4096, 8192}}
-	for _, s := range changes {
-		b := pattern(int(s.n), "change")
-		writeAt(t, dev, s.off, b)
-		copy(want[s.off:], b)
+	changes := ranges.Of(mib+4096, 8192, 10*mib, mib, 20*mib-4096, 8192)
+	for _, r := range changes {
+		b := pattern(int(r.N), "change")
+		writeAt(t, dev, r.Off, b)
+		copy(want[r.Off:], b)
 	}
 	s2 := e.snapshot("cbt-s2", src)
 	delta := e.delta(s1, s2, size)
 	// Every object held data in s1: Ceph reports a rewrite to the byte.
-	sameSpans(t, "delta", delta, changes)
-	copySpans(t, dev, backup, delta)
+	ranges.Equal(t, "delta", delta, changes)
+	copyRanges(t, dev, backup, delta)
 
 	got := deviceBytes(t, backup, device)
 	if !bytes.Equal(got, want) {
