@@ -119,14 +119,27 @@ var driverNamespaces = []string{"rbdcsi", "rbdcsi-node"}
 // driverPods lists the driver's pods; a namespace without one fails t.
 func driverPods(t *testing.T, k *kube) []corev1.Pod {
 	t.Helper()
+	// A rollout (docs/backup.md's adds a sidecar to the controller) leaves
+	// the old pod terminating for its grace period after `kubectl rollout
+	// status` returns: its address no longer answers, so wait for it to go.
 	var out []corev1.Pod
-	for _, ns := range driverNamespaces {
-		var pods corev1.PodList
-		k.get(&pods, "pods", "--namespace", ns)
-		if len(pods.Items) == 0 {
-			t.Errorf("no driver pods in namespace %s", ns)
+	eventually(t, 2*time.Minute, "the driver's old pods to terminate", func() (bool, string) {
+		out = out[:0]
+		var leaving []string
+		for _, ns := range driverNamespaces {
+			var pods corev1.PodList
+			k.get(&pods, "pods", "--namespace", ns)
+			if len(pods.Items) == 0 {
+				return false, "no driver pods in namespace " + ns
+			}
+			for _, p := range pods.Items {
+				if p.DeletionTimestamp != nil {
+					leaving = append(leaving, p.Name)
+				}
+			}
+			out = append(out, pods.Items...)
 		}
-		out = append(out, pods.Items...)
-	}
+		return len(leaving) == 0, "terminating: " + strings.Join(leaving, ", ")
+	})
 	return out
 }
