@@ -258,8 +258,12 @@ _inner() {
 # here needs more than /, /proc, /sys, /dev and the mounts that hold the
 # PATHs (the root, its layers and binds): every other mount is detached from
 # this namespace (umount -l, which leaves the host's untouched).
+#
+# One umount for them all: until it has run, a run beside this one that
+# unmounts a filesystem finds its device still held here (and a node's
+# unstage answers "device busy"), so the window is kept to one exec.
 drop_inherited_mounts() {
-	local point p keep paths=()
+	local point p keep paths=() drop=()
 	for p in "$@"; do paths+=("$(realpath -m -- "$p")"); done
 	while read -r point; do
 		point=$(printf '%b' "$point") # mountinfo escapes spaces as \040
@@ -268,8 +272,9 @@ drop_inherited_mounts() {
 		for p in "${paths[@]}"; do
 			[[ $p == "$point" || $p == "$point"/* ]] && keep=1 && break
 		done
-		((keep)) || umount -l -- "$point" 2>/dev/null || true
+		((keep)) || drop+=("$point")
 	done < <(awk '{print $5}' /proc/self/mountinfo | tac)
+	((${#drop[@]} == 0)) || umount -l -- "${drop[@]}" 2>/dev/null || true
 }
 
 # reap ROOT: unmount the loop-device filesystems under ROOT and detach the

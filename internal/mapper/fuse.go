@@ -270,13 +270,20 @@ func (f *fuseMapper) Unmap(ctx context.Context, req UnmapRequest) error {
 	return f.teardown(ctx, req.Image)
 }
 
+// busyGrace is how long an unmap waits for a device that something else
+// holds before it answers ErrBusy.
+const busyGrace = 3 * time.Second
+
 // teardown undoes whatever part of a mapping exists, in order. It never
 // removes a directory recursively: the image file inside a live FUSE mount
 // is the image itself (rbd-fuse maps unlink to `rbd rm`).
 func (f *fuseMapper) teardown(ctx context.Context, img Image) error {
 	p := f.paths(img)
 	for _, dev := range loopsFor(f.sysRoot, p.file) {
-		if inUse(dev) {
+		// Held for a moment after its unmount by a mount namespace made
+		// meanwhile (a container or a chroot starting copies every mount
+		// and drops the ones it does not need a moment later).
+		if waitFor(ctx, busyGrace, func() bool { return !inUse(dev) }) != nil {
 			return fmt.Errorf("%w: %s (image %s) is still mounted or open", ErrBusy, dev, img)
 		}
 		if _, err := f.run.Run(ctx, "losetup", "--detach", dev); err != nil && len(loopsFor(f.sysRoot, p.file)) > 0 {
