@@ -116,12 +116,13 @@ func checkDriverNotRestarted(t *testing.T, k *kube) {
 // (restricted) and the node plugin (privileged).
 var driverNamespaces = []string{"rbdcsi", "rbdcsi-node"}
 
-// driverPods lists the driver's pods; a namespace without one fails t.
+// driverPods lists the driver's pods once none is terminating; a namespace
+// without one after two minutes fails t. A rollout (docs/backup.md's adds a
+// sidecar to the controller) leaves the old pod terminating for its grace
+// period after `kubectl rollout status` returns, at an address that no
+// longer answers.
 func driverPods(t *testing.T, k *kube) []corev1.Pod {
 	t.Helper()
-	// A rollout (docs/backup.md's adds a sidecar to the controller) leaves
-	// the old pod terminating for its grace period after `kubectl rollout
-	// status` returns: its address no longer answers, so wait for it to go.
 	var out []corev1.Pod
 	eventually(t, 2*time.Minute, "the driver's old pods to terminate", func() (bool, string) {
 		out = out[:0]
