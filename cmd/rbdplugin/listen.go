@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net"
 	"strings"
 )
@@ -19,4 +20,29 @@ func listenAddress(addr string) string {
 		return addr
 	}
 	return net.JoinHostPort(addr[:i], addr[i+1:])
+}
+
+// loopbackAddress reports whether host:port binds only the loopback
+// interface: a loopback IP or "localhost". An empty host binds them all.
+func loopbackAddress(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// checkEndpoint refuses a tcp:// endpoint outside loopback unless remote
+// says so: the CSI API has no authentication of its own, and whoever
+// reaches it can stage any volume whose secrets it holds, or delete any.
+func checkEndpoint(endpoint string, remote bool) error {
+	addr, ok := strings.CutPrefix(endpoint, "tcp://")
+	if !ok || remote || loopbackAddress(addr) {
+		return nil
+	}
+	return fmt.Errorf("--endpoint %s: a TCP endpoint serves the CSI API unauthenticated; bind it to 127.0.0.1 or [::1], or pass --allow-remote-endpoint for a test across machines", endpoint)
 }

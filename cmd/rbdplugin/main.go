@@ -51,12 +51,14 @@ type flags struct {
 	topology      *topologyFlags
 	builtins      *builtinFlags
 	showVersion   bool
+	remoteTCP     bool
 }
 
 func parseFlags(args []string) (flags, error) {
 	var f flags
 	fs := flag.NewFlagSet("rbdplugin", flag.ContinueOnError)
 	fs.StringVar(&f.endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path/to/csi.sock or tcp://host:port")
+	fs.BoolVar(&f.remoteTCP, "allow-remote-endpoint", false, "let --endpoint=tcp:// bind an address other than loopback: the CSI API has no authentication, so only for tests across machines")
 	fs.StringVar(&f.nodeID, "nodeid", "", "this node's ID (the Kubernetes node name); required in node mode")
 	fs.StringVar(&f.driverName, "drivername", DefaultDriverName, "CSI driver name, as in the CSIDriver object and StorageClasses")
 	fs.StringVar(&f.mode, "mode", "all", "services to run: controller, node or all")
@@ -88,6 +90,7 @@ func parseFlags(args []string) (flags, error) {
 	})
 	fs.DurationVar(&f.ctrl.FenceExpiry, "fence-expiry", controller.DefaultFenceExpiry, "with --node-registry: how long the Ceph clients of a node that still had a single-node volume open when it was detached (a force detach) stay blocklisted, unless the node lifts them when it unstages the volume. A cut-off node whose mapping outlives this may write again: make it longer than a node may stay cut off")
 	fs.IntVar(&f.maxCtrlCalls, "max-controller-calls", driver.DefaultMaxControllerCalls, "most controller calls that work in Ceph at once (creates, deletes, snapshots, expansions, attachments); the rest wait their turn up to their deadline, which bounds the memory a burst from the sidecars takes. Probes, node calls and capabilities never wait. 0: no bound")
+	fs.BoolVar(&f.ctrl.AllowInsecureMapOptions, "allow-insecure-map-options", false, "controller and node: let StorageClasses' mapOptions switch off cephx message signatures and data CRCs (nocrc, nocephx_require_signatures, nocephx_sign_messages); refused otherwise")
 	fs.StringVar(&f.pprofAddr, "pprof-address", "", "host:port to serve Go's profiles on, at /debug/pprof/ (e.g. 127.0.0.1:6060), to measure where time and memory go; empty (the default) turns it off")
 	fs.StringVar(&f.metricsAddr, "metrics-address", "", "host:port to serve Prometheus metrics on, at /metrics (e.g. :9809); empty turns metrics off")
 	f.node = addNodeFlags(fs)
@@ -114,6 +117,9 @@ func parseFlags(args []string) (flags, error) {
 	case "controller", "node", "all":
 	default:
 		return f, fmt.Errorf("--mode %q: want controller, node or all", f.mode)
+	}
+	if err := checkEndpoint(f.endpoint, f.remoteTCP); err != nil {
+		return f, err
 	}
 	if f.mode != "controller" && f.nodeID == "" {
 		return f, fmt.Errorf("--nodeid is required in %s mode", f.mode)

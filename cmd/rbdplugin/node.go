@@ -144,21 +144,22 @@ func newNode(f flags, clusters *cluster.Map, backend nodeBackend, kmsConfig kms.
 		// No systemd scopes: they serve FUSE mount helpers, and the only
 		// FUSE daemon here (rbd-fuse) is started by the plugin itself.
 		// runs: mount umount (k8s.io/mount-utils mounts and unmounts with them)
-		Mounter:           mount.NewWithoutSystemd(""),
-		Runner:            command.ExecRunner{Timeout: nf.fsTimeout},
-		StateDir:          nf.stateDir,
-		MaxVolumesPerNode: nf.maxVolumes,
-		Topology:          topology,
-		Clusters:          clusters,
-		Fence:             backend.fence,
-		Unfence:           backend.unfence,
-		Lifts:             backend.lifts,
-		Fault:             fault,
-		CgroupRoot:        nf.cgroupRoot,
-		Crypt:             luks.New(luks.Options{Runner: run}),
-		Images:            backend.images,
-		KMS:               kmsConfig,
-		MkfsPrezeroed:     node.MkfsPrezeroed(context.Background(), command.ExecRunner{}),
+		Mounter:                 mount.NewWithoutSystemd(""),
+		Runner:                  command.ExecRunner{Timeout: nf.fsTimeout},
+		StateDir:                nf.stateDir,
+		MaxVolumesPerNode:       nf.maxVolumes,
+		Topology:                topology,
+		Clusters:                clusters,
+		Fence:                   backend.fence,
+		Unfence:                 backend.unfence,
+		Lifts:                   backend.lifts,
+		Fault:                   fault,
+		CgroupRoot:              nf.cgroupRoot,
+		AllowInsecureMapOptions: f.ctrl.AllowInsecureMapOptions,
+		Crypt:                   luks.New(luks.Options{Runner: run}),
+		Images:                  backend.images,
+		KMS:                     kmsConfig,
+		MkfsPrezeroed:           node.MkfsPrezeroed(context.Background(), command.ExecRunner{}),
 	})
 	if err != nil {
 		return nil, nil, err

@@ -14,9 +14,13 @@ import (
 
 // servePprof serves Go's profiles (/debug/pprof/) on addr until ctx ends,
 // for measuring where the plugin's time and memory go
-// (docs/development.md#performance). Off unless --pprof-address is set; bind it to 127.0.0.1:
-// profiles show the process's internals to whoever can reach them.
+// (docs/development.md#performance). Off unless --pprof-address is set,
+// and on loopback only: profiles show the process's internals (and
+// /debug/pprof/cmdline its flags) to whoever can reach them.
 func servePprof(ctx context.Context, addr string) (net.Addr, error) {
+	if !loopbackAddress(addr) {
+		return nil, fmt.Errorf("--pprof-address %q: want a loopback address such as 127.0.0.1:6060 (profiles show the plugin's internals)", addr)
+	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--pprof-address: %w", err)

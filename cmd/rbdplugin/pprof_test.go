@@ -26,3 +26,12 @@ func TestPprof(t *testing.T) {
 	}
 	cancel()
 }
+
+// Profiles are served on loopback only.
+func TestPprofOnLoopbackOnly(t *testing.T) {
+	for _, addr := range []string{":0", "0.0.0.0:0", "[::]:0", "10.0.0.5:0", "no-port"} {
+		if _, err := servePprof(context.Background(), addr); err == nil || !strings.Contains(err.Error(), "loopback") {
+			t.Errorf("--pprof-address %s: %v, want a refusal", addr, err)
+		}
+	}
+}

@@ -74,6 +74,39 @@ var refusedOptions = map[string]bool{
 	"encryption-passphrase-file": true, "device": true, "read_only": true, "ro": true, "rw": true,
 }
 
+// insecureMapOptions switch off what keeps a forger or a flipped bit on
+// the network from reaching the data: cephx message signatures and data
+// CRCs. They are on the allow-list for admins who measured the cost and
+// accept the risk, and refused unless the driver is started with
+// --allow-insecure-map-options.
+var insecureMapOptions = map[string]string{
+	"nocrc":                      "it turns off the CRC of data in flight",
+	"nocephx_require_signatures": "it accepts unsigned messages from the cluster",
+	"nocephx_sign_messages":      "it sends unsigned messages to the cluster",
+}
+
+// CheckMapOptionsSecure refuses a mapOptions value that weakens how the
+// node's client talks to the cluster (insecureMapOptions), for a driver
+// not started with --allow-insecure-map-options. The value must have
+// passed ParseParams.
+func CheckMapOptionsSecure(value string) error {
+	if value == "" {
+		return nil
+	}
+	lists, err := splitPerMapper(ParamMapOptions, value)
+	if err != nil {
+		return err
+	}
+	for _, m := range sortedKeys(lists) {
+		for _, o := range strings.Split(lists[m], ",") {
+			if why, ok := insecureMapOptions[o]; ok {
+				return fmt.Errorf("parameter %s: option %s is refused: %s (a driver started with --allow-insecure-map-options takes it)", ParamMapOptions, o, why)
+			}
+		}
+	}
+	return nil
+}
+
 // OptionsFor returns the options of param's value (mapOptions or
 // unmapOptions) that apply to mapper, checked against its allow-list.
 func OptionsFor(param, value, mapper string) (string, error) {

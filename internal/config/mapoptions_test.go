@@ -95,3 +95,21 @@ func TestOptionsRefused(t *testing.T) {
 		}
 	}
 }
+
+// The options that weaken the node's client (no signatures, no CRC) pass
+// the allow-list but not CheckMapOptionsSecure, which names each.
+func TestInsecureMapOptions(t *testing.T) {
+	for _, v := range []string{"nocrc", "lock_on_read,nocephx_require_signatures", "krbd:nocephx_sign_messages", "nbd:try-netlink;krbd:queue_depth=128,nocrc"} {
+		if err := checkOptionsParam(ParamMapOptions, v); err != nil {
+			t.Errorf("%s: not on the allow-list: %v", v, err)
+		}
+		if err := CheckMapOptionsSecure(v); err == nil || !strings.Contains(err.Error(), "--allow-insecure-map-options") {
+			t.Errorf("%s: %v, want a refusal naming the flag", v, err)
+		}
+	}
+	for _, v := range []string{"", "crc", "krbd:cephx_require_signatures,cephx_sign_messages,ms_mode=secure", "nbd:try-netlink"} {
+		if err := CheckMapOptionsSecure(v); err != nil {
+			t.Errorf("%s refused: %v", v, err)
+		}
+	}
+}

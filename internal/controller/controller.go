@@ -96,6 +96,9 @@ type Options struct {
 	// Fault, for crash tests only, is called at named points between the
 	// Ceph steps of an operation ("CreateSnapshot:claimed").
 	Fault func(point string)
+	// AllowInsecureMapOptions lets classes switch off cephx signatures
+	// and data CRCs (config.CheckMapOptionsSecure); refused otherwise.
+	AllowInsecureMapOptions bool
 }
 
 // Defaults for Options.

@@ -73,6 +73,11 @@ func (c *Controller) checkCreate(req *csi.CreateVolumeRequest) (createArgs, erro
 	if err != nil {
 		return createArgs{}, status.Error(codes.InvalidArgument, err.Error())
 	}
+	if !c.opts.AllowInsecureMapOptions {
+		if err := config.CheckMapOptionsSecure(params.MapOptions); err != nil {
+			return createArgs{}, status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
 	if err := c.checkEncryption(params.Encryption, caps); err != nil {
 		return createArgs{}, err
 	}

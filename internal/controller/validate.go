@@ -49,13 +49,18 @@ func checkCapability(c *csi.VolumeCapability) error {
 	case *csi.VolumeCapability_Block:
 		return nil
 	case *csi.VolumeCapability_Mount:
-		if fs := at.Mount.GetFsType(); fs != "" && !slices.Contains(config.FsTypes(), fs) {
+		fs := at.Mount.GetFsType()
+		if fs == "" {
+			fs = config.DefaultFsType
+		}
+		if !slices.Contains(config.FsTypes(), fs) {
 			return fmt.Errorf("filesystem %.30q is not supported (choose one of %v)", fs, config.FsTypes())
 		}
 		if mode == csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER || mode == csi.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER {
 			return fmt.Errorf("access mode %s needs volumeMode Block: ext4 and xfs cannot be mounted read-write on several nodes at once", mode)
 		}
-		return nil
+		readOnly := mode == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY || mode == csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+		return config.CheckMountOptions(fs, at.Mount.GetMountFlags(), readOnly)
 	default:
 		return fmt.Errorf("volume capability has neither block nor mount access type")
 	}

@@ -43,6 +43,11 @@ func mountCap(mode csi.VolumeCapability_AccessMode_Mode, fs string) *csi.VolumeC
 	}
 }
 
+func withFlags(c *csi.VolumeCapability, flags ...string) *csi.VolumeCapability {
+	c.GetMount().MountFlags = flags
+	return c
+}
+
 func blockCap(mode csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {
 	return &csi.VolumeCapability{
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
@@ -55,6 +60,8 @@ func TestCheckCapabilities(t *testing.T) {
 		{mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "")},
 		{mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER, "xfs")},
 		{mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY, "ext4")},
+		{withFlags(mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, ""), "noatime", "discard", "data=ordered")},
+		{withFlags(mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "xfs"), "nouuid", "allocsize=64k")},
 		{blockCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)},
 		{blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER), mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "")},
 	}
@@ -72,6 +79,10 @@ func TestCheckCapabilities(t *testing.T) {
 		{mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ntfs")},
 		{mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, "ext4")},
 		{mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER, "")},
+		{withFlags(mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, ""), "journal_path=/dev/sda")},
+		{withFlags(mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "xfs"), "noatime", "logdev=/dev/sda")},
+		{withFlags(mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "ext4"), "errors=panic")},
+		{withFlags(mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY, "ext4"), "rw")},
 	}
 	for _, caps := range bad {
 		if err := checkCapabilities(caps); err == nil {

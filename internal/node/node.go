@@ -89,6 +89,9 @@ type Options struct {
 	// CgroupRoot is the cgroup v2 hierarchy holding the pods' cgroups,
 	// where krbd volumes get their QoS limits (qos.go); "": none set.
 	CgroupRoot string
+	// AllowInsecureMapOptions lets volumes switch off cephx signatures
+	// and data CRCs (config.CheckMapOptionsSecure); refused otherwise.
+	AllowInsecureMapOptions bool
 }
 
 // Node is the CSI Node service.
@@ -114,6 +117,7 @@ type Node struct {
 	images         Images
 	kms            kms.Config
 	mkfsPrezeroed  bool
+	insecureMap    bool
 }
 
 // New returns a Node; it fails if the state directory cannot be used.
@@ -152,6 +156,7 @@ func New(o Options) (*Node, error) {
 		run: run, maxVolumes: o.MaxVolumesPerNode, topology: o.Topology, clusters: o.Clusters, store: st, locks: lock.New(), fence: o.Fence, fault: o.Fault,
 		unfence: o.Unfence, lifts: o.Lifts,
 		cgroupRoot: o.CgroupRoot, crypt: o.Crypt, images: o.Images, kms: o.KMS, mkfsPrezeroed: o.MkfsPrezeroed,
+		insecureMap: o.AllowInsecureMapOptions,
 	}, nil
 }
 

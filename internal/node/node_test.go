@@ -262,6 +262,36 @@ func TestStageRefusesMkfsOptionsOffTheAllowList(t *testing.T) {
 	}
 }
 
+// Mount flags off the filesystem's allow-list, and map options that
+// switch off signatures or CRCs (without --allow-insecure-map-options),
+// are refused before anything is mapped.
+func TestStageRefusesUnsafeMountAndMapOptions(t *testing.T) {
+	for _, c := range []struct{ flag, mapOpts, want string }{
+		{flag: "journal_path=/dev/sda", want: "names a device of the node"},
+		{flag: "errors=panic", want: "take the whole node down"},
+		{mapOpts: "fuse:;krbd:nocrc", want: "--allow-insecure-map-options"},
+		{mapOpts: "nocephx_sign_messages", want: "--allow-insecure-map-options"},
+	} {
+		f := newFixture(t)
+		f.run.blkid = blkidEmpty
+		capab := fsCap(rwo)
+		if c.flag != "" {
+			capab.GetMount().MountFlags = []string{"noatime", c.flag}
+		}
+		req := f.stageReq(capab)
+		if c.mapOpts != "" {
+			req.VolumeContext["mapOptions"] = c.mapOpts
+		}
+		_, err := f.n.NodeStageVolume(context.Background(), req)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want InvalidArgument saying %q", c, err, c.want)
+		}
+		if len(f.m.maps) != 0 || f.run.ran("mkfs.ext4") {
+			t.Errorf("%+v: mapped %v, ran %v", c, f.m.maps, f.run.calls)
+		}
+	}
+}
+
 func TestStageFormatsEmptyDevice(t *testing.T) {
 	f := newFixture(t)
 	f.run.blkid = blkidEmpty

@@ -172,6 +172,11 @@ func (n *Node) stageAnew(ctx context.Context, a stageArgs, rec *record, m mapper
 	if err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
+	if !n.insecureMap {
+		if err := config.CheckMapOptionsSecure(a.params.MapOptions); err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
 	unmapOpts, err := config.OptionsFor(config.ParamUnmapOptions, a.params.UnmapOptions, a.mounter)
 	if err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())

@@ -68,7 +68,11 @@ func parseCapability(c *csi.VolumeCapability) (capSpec, error) {
 		if err := checkMountFlags(flags); err != nil {
 			return capSpec{}, err
 		}
-		return capSpec{FsType: fs, MountFlags: slices.Clone(flags), AccessMode: name}, nil
+		spec := capSpec{FsType: fs, MountFlags: slices.Clone(flags), AccessMode: name}
+		if err := config.CheckMountOptions(fs, flags, spec.readerOnly()); err != nil {
+			return capSpec{}, err
+		}
+		return spec, nil
 	default:
 		return capSpec{}, fmt.Errorf("volume capability has neither block nor mount access type")
 	}

@@ -76,6 +76,11 @@ func TestParseCapability(t *testing.T) {
 		"no access type":   {AccessMode: mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)},
 		"multi-writer fs":  {AccessMode: mode(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER), AccessType: mnt("ext4")},
 		"smuggling flags":  {AccessMode: mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER), AccessType: mnt("ext4", "ro,bind")},
+		"journal on host":  {AccessMode: mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER), AccessType: mnt("ext4", "journal_path=/dev/sda")},
+		"xfs log on host":  {AccessMode: mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER), AccessType: mnt("xfs", "logdev=/dev/sda")},
+		"panic on errors":  {AccessMode: mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER), AccessType: mnt("", "errors=panic")},
+		"ext4 flag on xfs": {AccessMode: mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER), AccessType: mnt("xfs", "data=journal")},
+		"rw on read-only":  {AccessMode: mode(csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY), AccessType: mnt("ext4", "rw")},
 		"volume mount grp": {AccessMode: mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER), AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{VolumeMountGroup: "1000"}}},
 	} {
 		if _, err := parseCapability(bad); err == nil {
