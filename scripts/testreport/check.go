@@ -100,7 +100,8 @@ func (v *verdict) print(w io.Writer, step string, r *run, verbose bool) {
 		}
 	}
 	for _, n := range v.Failed {
-		fmt.Fprintf(w, "%s: FAILED %s\n", prefix, n)
+		// go test's own words, which CI's log readers look for.
+		fmt.Fprintf(w, "%s: --- FAIL: %s\n", prefix, n)
 		if t := r.Tests[n]; t != nil {
 			for _, l := range tail(t.Output, 30) {
 				fmt.Fprintf(w, "%s:     %s\n", prefix, l)

@@ -121,7 +121,7 @@ func TestFailureAndMissingRunsAreNamed(t *testing.T) {
 		t.Fatalf("check passed:\n%s", out)
 	}
 	for _, want := range []string{
-		"kernel-test guest: FAILED TestFlaky",
+		"kernel-test guest: --- FAIL: TestFlaky",
 		"the volume did not grow",
 		"kernel-test nbd: DID NOT RUN TestBlock (listed)",
 		"no test output: testdata/does-not-exist.json",
