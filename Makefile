@@ -30,10 +30,15 @@ deps:
 	fi
 	go mod download
 
+# bin/rbdplugin is the tests' build: with the faultinject tag, which
+# compiles in --test-crash-at (cmd/rbdplugin/crash.go). The image
+# (build/Dockerfile) is built without it.
+comma := ,
+TEST_TAGS := $(if $(CEPH_TAGS),$(CEPH_TAGS)$(comma))faultinject
 build: $(BIN)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 $(BIN): $(GO_SOURCES)
-	go build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.librbd=$$(dpkg-query -W -f='$${Version}' librbd-dev)" -o $(BIN) ./cmd/rbdplugin
+	go build -tags=$(TEST_TAGS) -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.librbd=$$(dpkg-query -W -f='$${Version}' librbd-dev)" -o $(BIN) ./cmd/rbdplugin
 
 lint:
 	@bad=$$(gofmt -l cmd internal e2e deploy); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
@@ -46,6 +51,7 @@ lint:
 
 unit:
 	go test -count=1 ./cmd/... ./internal/... ./e2e/manifests/ ./scripts/...
+	go test -count=1 -tags=$(TEST_TAGS) ./cmd/rbdplugin/
 
 # Integration and conformance run against a real single-node Ceph cluster that
 # scripts/with-cluster.sh boots for the run and always tears down. The

@@ -59,7 +59,7 @@ readonly BUILD='set -e; cd "$1"; out=$2; shift 2
 	echo "librbd $(dpkg-query -W -f="\${Version}" librbd-dev), go-ceph tag ${tags:-none (the newest)}"
 	version=$(cat "$out/.version" 2>/dev/null || echo dev)
 	commit=$(cat "$out/.commit" 2>/dev/null || echo unknown)
-	go build -tags "$tags" -trimpath -o "$out/rbdplugin" \
+	go build -tags "${tags:+$tags,}faultinject" -trimpath -o "$out/rbdplugin" \
 		-ldflags "-X main.version=$version -X main.commit=$commit -X main.librbd=$(dpkg-query -W -f="\${Version}" librbd-dev)" ./cmd/rbdplugin
 	for p in "$@"; do go test -tags "$tags" -trimpath -c -o "$out/$p.test" "./e2e/$p"; done'
 

@@ -1,3 +1,5 @@
+//go:build faultinject
+
 package main
 
 import (

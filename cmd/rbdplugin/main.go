@@ -98,7 +98,7 @@ func parseFlags(args []string) (flags, error) {
 	f.topology = addTopologyFlags(fs)
 	f.builtins = addBuiltinFlags(fs)
 	fs.BoolVar(&f.showVersion, "version", false, "print the version, the commit and the librbd the binary was built against, then exit")
-	fs.StringVar(&f.crashAt, "test-crash-at", "", "for crash tests only (and only with "+crashEnv+"=1): kill the plugin (SIGKILL) when an operation reaches this point")
+	addCrashFlag(fs, &f.crashAt)
 	kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(kfs)
 	kfs.VisitAll(func(fl *flag.Flag) { fs.Var(fl.Value, fl.Name, fl.Usage) })
@@ -127,8 +127,8 @@ func parseFlags(args []string) (flags, error) {
 	if f.ctrl.FenceExpiry < time.Second {
 		return f, fmt.Errorf("--fence-expiry %v: want at least 1s (Ceph counts blocklist expiries in seconds)", f.ctrl.FenceExpiry)
 	}
-	if f.crashAt != "" && os.Getenv(crashEnv) != "1" {
-		return f, fmt.Errorf("--test-crash-at is for the project's crash tests only: it needs %s=1 in the environment", crashEnv)
+	if err := checkCrashFlag(f.crashAt); err != nil {
+		return f, err
 	}
 	if !validDriverName(f.driverName) {
 		return f, fmt.Errorf("--drivername %q: want a reverse-DNS name of at most 63 characters, like %s", f.driverName, DefaultDriverName)
