@@ -64,6 +64,37 @@ func checkControllerRestricted(t *testing.T, m *manifests) {
 	}
 }
 
+// TestNodeSidecarsHardened: beside the privileged node plugin, the
+// sidecars (registrar, liveness probe) need root only to reach root-owned
+// sockets: no privilege, no capabilities, no escalation, and an image
+// they cannot write.
+func TestNodeSidecarsHardened(t *testing.T) { eachInstall(t, checkNodeSidecars) }
+
+func checkNodeSidecars(t *testing.T, m *manifests) {
+	t.Helper()
+	sidecars := 0
+	for _, w := range workloads(m) {
+		if mustFlags(t, oneContainer(t, w, pluginRepo))["mode"] != "node" {
+			continue
+		}
+		for _, c := range w.spec.Containers {
+			if strings.HasPrefix(c.Image, pluginRepo) {
+				continue
+			}
+			sidecars++
+			sc := c.SecurityContext
+			if sc == nil || (sc.Privileged != nil && *sc.Privileged) || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+				sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) > 0 ||
+				sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+				t.Errorf("%s/%s: want no privilege, no escalation, capabilities dropped, a read-only root filesystem; got %+v", w.name, c.Name, sc)
+			}
+		}
+	}
+	if sidecars == 0 {
+		t.Fatal("no node sidecar")
+	}
+}
+
 // TestImageUser: the plugin image runs as the controller's non-root user
 // unless told otherwise, and the node plugin, which must be root to map
 // and mount, says so; otherwise it would start as that user and fail at
