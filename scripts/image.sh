@@ -72,7 +72,7 @@ bases() {
 		# Release files are past their Valid-Until, which the Dockerfile's
 		# apt-get update refuses. The local base accepts them, as
 		# scripts/rootfs.sh does; the live archive needs no such setting.
-		buildah run --isolation chroot "$c" -- sh -c \
+		apart buildah run --isolation chroot "$c" -- sh -c \
 			'echo "Acquire::Check-Valid-Until \"false\";" >/etc/apt/apt.conf.d/99rbdcsi-snapshot-mirror'
 		buildah config --annotation "dev.rbdcsi.source=$key" --cmd /bin/bash "$c"
 		buildah commit --quiet --rm "$c" "docker.io/library/debian:$suite" >/dev/null
@@ -92,6 +92,14 @@ bases() {
 	fi
 }
 
+# apart CMD...: CMD without the host's other mounts (scripts/rootfs.sh
+# apart): buildah's RUN steps then hold no test's filesystem while they
+# run. What buildah needs stays: its storage, its run root, the build's
+# cache mounts, the context and the temporary files.
+apart() {
+	"$ROOT/scripts/rootfs.sh" apart "/var/lib/containers:/run:/var/tmp:/tmp:$ROOT:$BUILDAH_CACHE" "$@"
+}
+
 # bud SUITE ARGS...: buildah bud of the Dockerfile for SUITE, offline.
 bud() {
 	local suite=$1 ca=()
@@ -104,7 +112,7 @@ bud() {
 	# not run again (--layers).
 	local try
 	for try in 1 2; do
-		buildah bud --isolation chroot --pull=never --layers --format oci "${ca[@]}" \
+		apart buildah bud --isolation chroot --pull=never --layers --format oci "${ca[@]}" \
 			--build-arg "DEBIAN_SUITE=$suite" -f "$DOCKERFILE" "$@" "$ROOT" && return 0
 		((try == 2)) || { echo "image.sh: the build failed; once more in 30 s" && sleep 30; }
 	done

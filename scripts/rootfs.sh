@@ -14,6 +14,10 @@
 #                             an overlay layer to stack over the runtime root
 #   rootfs.sh run ROOT CMD... run CMD as root chrooted into ROOT, in private
 #                             mount and PID namespaces (see _inner below)
+#   rootfs.sh apart KEEP CMD...
+#                             run CMD in a private mount namespace holding
+#                             only /, /proc, /sys, /dev and the mounts of the
+#                             colon-separated paths KEEP (see apart below)
 #
 # The cache ($RBDCSI_ROOTFS_CACHE, default /var/cache/rbdcsi-rootfs) holds
 # each suite once: what debootstrap made, and the test layer built over it.
@@ -308,8 +312,33 @@ reap() {
 	kill -KILL -1 2>/dev/null || true
 }
 
+# apart KEEP CMD...: CMD in a mount namespace of its own without the
+# host's other mounts (drop_inherited_mounts). For what makes namespaces
+# of its own and lives for minutes (buildah's chroot isolation runs each
+# RUN step in a copy of its caller's mounts, kept for the step's length):
+# started from here, they copy no test's filesystem, whose loop device a
+# node's unstage would otherwise find busy until the step ends.
+apart() {
+	local keep=() p
+	(($# >= 2)) || die "usage: $PROG apart KEEP CMD..."
+	IFS=: read -ra keep <<<"$1"
+	shift
+	for p in "${keep[@]}"; do [[ $p == /* ]] || die "apart: $p is not an absolute path"; done
+	exec unshare --mount --propagation private -- "$HERE/rootfs.sh" _apart "${keep[*]}" "$@"
+}
+
 case ${1:-} in
 deps) need_packages "${ROOTFS_PACKAGES[@]}" ;;
+apart)
+	shift
+	apart "$@"
+	;;
+_apart)
+	# shellcheck disable=SC2086 # the kept paths, split again
+	drop_inherited_mounts $2
+	shift 2
+	exec "$@"
+	;;
 base | runtime | dev)
 	(($# == 2)) || die "usage: $PROG $1 SUITE"
 	"$1" "$2"
@@ -323,7 +352,7 @@ _inner)
 	_inner "$@"
 	;;
 *)
-	echo "usage: $PROG deps | base|runtime|dev SUITE | run ROOT CMD..." >&2
+	echo "usage: $PROG deps | base|runtime|dev SUITE | run ROOT CMD... | apart KEEP CMD..." >&2
 	exit 2
 	;;
 esac
