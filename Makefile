@@ -32,9 +32,10 @@ deps:
 
 # bin/rbdplugin is the tests' build: with the faultinject tag, which
 # compiles in --test-crash-at (cmd/rbdplugin/crash.go). The image
-# (build/Dockerfile) is built without it.
+# (build/Dockerfile) is built without it. Recursive (=), as CEPH_TAGS: the
+# tags are read when a recipe runs, after make deps installed librbd-dev.
 comma := ,
-TEST_TAGS := $(if $(CEPH_TAGS),$(CEPH_TAGS)$(comma))faultinject
+TEST_TAGS = $(if $(CEPH_TAGS),$(CEPH_TAGS)$(comma))faultinject
 build: $(BIN)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 $(BIN): $(GO_SOURCES)
