@@ -274,6 +274,22 @@ func (f *fuseMapper) Unmap(ctx context.Context, req UnmapRequest) error {
 // holds before it answers ErrBusy.
 const busyGrace = 3 * time.Second
 
+// detachWait is how long teardown waits for a loop device to detach: the
+// request's time left but for detachReserve (the unmount and rbd-fuse's
+// exit after it), and never less than 10 s.
+func detachWait(ctx context.Context) time.Duration {
+	const least = 10 * time.Second
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return 2 * time.Minute
+	}
+	return max(least, time.Until(deadline)-detachReserve)
+}
+
+// detachReserve is the part of a request's time teardown keeps for what
+// follows the loop device's detach.
+const detachReserve = 20 * time.Second
+
 // teardown undoes whatever part of a mapping exists, in order. It never
 // removes a directory recursively: the image file inside a live FUSE mount
 // is the image itself (rbd-fuse maps unlink to `rbd rm`).
@@ -290,7 +306,11 @@ func (f *fuseMapper) teardown(ctx context.Context, img Image) error {
 			return fmt.Errorf("fuse unmap %s: %w", img, err)
 		}
 	}
-	if err := waitFor(ctx, 10*time.Second, func() bool { return len(loopsFor(f.sysRoot, p.file)) == 0 }); err != nil {
+	// The kernel detaches the device once its last writes reach the file.
+	// An rbd-fuse whose client was fenced answers them only when it learns
+	// so from the cluster, which may take tens of seconds: wait for that
+	// as long as the request allows, keeping time for the rest.
+	if err := waitFor(ctx, detachWait(ctx), func() bool { return len(loopsFor(f.sysRoot, p.file)) == 0 }); err != nil {
 		return fmt.Errorf("fuse unmap %s: loop device did not detach: %w", img, err)
 	}
 	// The loop device lets go of the file asynchronously, so the unmount
