@@ -131,14 +131,14 @@ func (f *fuseMapper) Map(ctx context.Context, req MapRequest) (string, error) {
 	if isFuseMount(f.sysRoot, p.mnt) {
 		if st, err := statWithin(ctx, p.file, 5*time.Second); err != nil || !st.Mode().IsRegular() {
 			// A dead or hung rbd-fuse: start over.
-			if err := f.teardown(ctx, req.Image); err != nil {
+			if err := f.teardown(ctx, req.Image, false); err != nil {
 				return "", err
 			}
 		}
 	}
 	if !isFuseMount(f.sysRoot, p.mnt) {
 		if err := f.start(ctx, p, req); err != nil {
-			if terr := f.teardown(context.WithoutCancel(ctx), req.Image); terr != nil {
+			if terr := f.teardown(context.WithoutCancel(ctx), req.Image, false); terr != nil {
 				err = fmt.Errorf("%w (and cleaning up failed: %v)", err, terr)
 			}
 			return "", err
@@ -150,7 +150,7 @@ func (f *fuseMapper) Map(ctx context.Context, req MapRequest) (string, error) {
 	dev, err := losetupAttach(ctx, f.run, p.file, req.ReadOnly)
 	if err != nil {
 		err = fmt.Errorf("fuse map %s: %w", req.Image, err)
-		if terr := f.teardown(context.WithoutCancel(ctx), req.Image); terr != nil {
+		if terr := f.teardown(context.WithoutCancel(ctx), req.Image, false); terr != nil {
 			err = fmt.Errorf("%w (and cleaning up failed: %v)", err, terr)
 		}
 		return "", err
@@ -267,7 +267,7 @@ func (f *fuseMapper) start(ctx context.Context, p fusePaths, req MapRequest) err
 // Unmap detaches the loop device, unmounts the FUSE file system and waits
 // for rbd-fuse to exit.
 func (f *fuseMapper) Unmap(ctx context.Context, req UnmapRequest) error {
-	return f.teardown(ctx, req.Image)
+	return f.teardown(ctx, req.Image, req.Fenced)
 }
 
 // busyGrace is how long an unmap waits for a device that something else
@@ -286,6 +286,10 @@ func detachWait(ctx context.Context) time.Duration {
 	return max(least, time.Until(deadline)-detachReserve)
 }
 
+// fencedDetachWait is how long teardown lets a fenced mapping's loop
+// device detach on its own before it ends rbd-fuse.
+const fencedDetachWait = 5 * time.Second
+
 // detachReserve is the part of a request's time teardown keeps for what
 // follows the loop device's detach.
 const detachReserve = 20 * time.Second
@@ -293,7 +297,13 @@ const detachReserve = 20 * time.Second
 // teardown undoes whatever part of a mapping exists, in order. It never
 // removes a directory recursively: the image file inside a live FUSE mount
 // is the image itself (rbd-fuse maps unlink to `rbd rm`).
-func (f *fuseMapper) teardown(ctx context.Context, img Image) error {
+//
+// fenced: the node's client of the image is blocklisted. Its rbd-fuse
+// never answers the writes the loop device still has to pass on (they
+// wait on a client Ceph no longer serves), so the device would not
+// detach while it runs: after a short wait it is ended, which fails those
+// writes, as Ceph already refuses them.
+func (f *fuseMapper) teardown(ctx context.Context, img Image, fenced bool) error {
 	p := f.paths(img)
 	for _, dev := range loopsFor(f.sysRoot, p.file) {
 		// Held for a moment after its unmount by a mount namespace made
@@ -310,7 +320,13 @@ func (f *fuseMapper) teardown(ctx context.Context, img Image) error {
 	// An rbd-fuse whose client was fenced answers them only when it learns
 	// so from the cluster, which may take tens of seconds: wait for that
 	// as long as the request allows, keeping time for the rest.
-	if err := waitFor(ctx, detachWait(ctx), func() bool { return len(loopsFor(f.sysRoot, p.file)) == 0 }); err != nil {
+	detached := func() bool { return len(loopsFor(f.sysRoot, p.file)) == 0 }
+	if fenced && waitFor(ctx, fencedDetachWait, detached) != nil {
+		if err := f.killProcs(ctx, p.mnt); err != nil {
+			return fmt.Errorf("fuse unmap %s: %w", img, err)
+		}
+	}
+	if err := waitFor(ctx, detachWait(ctx), detached); err != nil {
 		return fmt.Errorf("fuse unmap %s: loop device did not detach: %w", img, err)
 	}
 	// The loop device lets go of the file asynchronously, so the unmount

@@ -96,6 +96,10 @@ type UnmapRequest struct {
 	Image   Image
 	Device  string
 	Options string // unmapOptions
+	// Fenced: the controller blocklisted this node's client of the image.
+	// Nothing it still has to write can land, so a mapper may end a
+	// client that waits on such writes (rbd-fuse) rather than wait for it.
+	Fenced bool
 }
 
 // Mapped is one mapping found on the node.

@@ -373,7 +373,8 @@ func (n *Node) unmountAndUnmap(ctx context.Context, rec *record, m mapper.Mapper
 	if err := n.closeCrypt(ctx, rec); err != nil {
 		return err
 	}
-	return m.Unmap(ctx, mapper.UnmapRequest{Image: rec.Image, Device: rec.Device, Options: rec.UnmapOptions})
+	return m.Unmap(ctx, mapper.UnmapRequest{Image: rec.Image, Device: rec.Device, Options: rec.UnmapOptions,
+		Fenced: n.fenced(ctx, rec.VolumeID)})
 }
 
 // checkDir refuses a staging path that exists and is no directory. A

@@ -14,6 +14,19 @@ import (
 // with the node user).
 type Unfence interface {
 	Lift(ctx context.Context, volumeID, monHost string) (lifted []string, fenced bool, err error)
+	// Fenced tells whether the controller fenced this node for the volume.
+	Fenced(ctx context.Context, volumeID string) (bool, error)
+}
+
+// fenced tells whether this node's clients of the volume are fenced: a
+// mapper may then end a client that waits on writes which can never
+// land. Unknown (no registry, or it cannot be read) is false.
+func (n *Node) fenced(ctx context.Context, volumeID string) bool {
+	if n.unfence == nil {
+		return false
+	}
+	f, err := n.unfence.Fenced(ctx, volumeID)
+	return err == nil && f
 }
 
 // LiftObserver is told the outcome of each lift (internal/metrics).

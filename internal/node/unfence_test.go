@@ -29,6 +29,8 @@ func (u *recordingUnfence) Lift(ctx context.Context, volumeID, monHost string) (
 	return []string{"10.0.0.2:0/1"}, u.fenced, u.err
 }
 
+func (u *recordingUnfence) Fenced(context.Context, string) (bool, error) { return u.fenced, u.err }
+
 type liftLog []error
 
 func (l *liftLog) FenceLifted(err error) { *l = append(*l, err) }

@@ -124,6 +124,17 @@ func NewUnfencer(reg *Registry, bl Unblocklister, nodeID string) *Unfencer {
 // noshare), so another volume fenced on this node may have the same
 // address and still be mapped: its entry stays until that volume's own
 // lift, or its expiry.
+// Fenced tells whether the node has a fence record of the volume that has
+// not expired.
+func (u *Unfencer) Fenced(ctx context.Context, volumeID string) (bool, error) {
+	fences, err := u.reg.Fences(ctx, u.nodeID)
+	if err != nil {
+		return false, fmt.Errorf("reading the fences of node %s: %w", u.nodeID, u.reg.asNode(err))
+	}
+	f, ok := fences[volumeID]
+	return ok && f.Expires.After(u.reg.now()), nil
+}
+
 func (u *Unfencer) Lift(ctx context.Context, volumeID, monHost string) (lifted []string, fenced bool, err error) {
 	fences, err := u.reg.Fences(ctx, u.nodeID)
 	if err != nil {
