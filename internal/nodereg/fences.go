@@ -116,6 +116,26 @@ func NewUnfencer(reg *Registry, bl Unblocklister, nodeID string) *Unfencer {
 	return &Unfencer{reg: reg, bl: bl, nodeID: nodeID}
 }
 
+// Fenced tells whether the node has a fence record of the volume that has
+// not expired.
+func (u *Unfencer) Fenced(ctx context.Context, volumeID string) (bool, error) {
+	fences, err := u.fences(ctx)
+	if err != nil {
+		return false, err
+	}
+	f, ok := fences[volumeID]
+	return ok && f.Expires.After(u.reg.now()), nil
+}
+
+// fences are the node's fence records, by volume ID.
+func (u *Unfencer) fences(ctx context.Context) (map[string]Fence, error) {
+	fences, err := u.reg.Fences(ctx, u.nodeID)
+	if err != nil {
+		return nil, fmt.Errorf("reading the fences of node %s: %w", u.nodeID, u.reg.asNode(err))
+	}
+	return fences, nil
+}
+
 // Lift lifts the node's fence of the volume on the cluster at monHost (the
 // volume's): it removes the blocklist entries no other fence of the node
 // still holds, then the record, and returns the addresses it unblocked;
@@ -124,21 +144,10 @@ func NewUnfencer(reg *Registry, bl Unblocklister, nodeID string) *Unfencer {
 // noshare), so another volume fenced on this node may have the same
 // address and still be mapped: its entry stays until that volume's own
 // lift, or its expiry.
-// Fenced tells whether the node has a fence record of the volume that has
-// not expired.
-func (u *Unfencer) Fenced(ctx context.Context, volumeID string) (bool, error) {
-	fences, err := u.reg.Fences(ctx, u.nodeID)
-	if err != nil {
-		return false, fmt.Errorf("reading the fences of node %s: %w", u.nodeID, u.reg.asNode(err))
-	}
-	f, ok := fences[volumeID]
-	return ok && f.Expires.After(u.reg.now()), nil
-}
-
 func (u *Unfencer) Lift(ctx context.Context, volumeID, monHost string) (lifted []string, fenced bool, err error) {
-	fences, err := u.reg.Fences(ctx, u.nodeID)
+	fences, err := u.fences(ctx)
 	if err != nil {
-		return nil, false, fmt.Errorf("reading the fences of node %s: %w", u.nodeID, u.reg.asNode(err))
+		return nil, false, err
 	}
 	f, ok := fences[volumeID]
 	if !ok {

@@ -75,6 +75,11 @@ func TestLiftSparesSharedClients(t *testing.T) {
 	_ = r.AddFence(ctx, "n1", "v1:c:p:a", Fence{Addrs: []string{shared, own}, Expires: now.Add(time.Hour)})
 	_ = r.AddFence(ctx, "n1", "v1:c:p:b", Fence{Addrs: []string{shared}, Expires: now.Add(time.Hour)})
 
+	for vol, want := range map[string]bool{"v1:c:p:a": true, "v1:c:p:none": false} {
+		if got, err := u.Fenced(ctx, vol); err != nil || got != want {
+			t.Errorf("Fenced(%s) = %v, %v; want %v", vol, got, err, want)
+		}
+	}
 	if lifted, fenced, err := u.Lift(ctx, "v1:c:p:none", "mon"); err != nil || fenced || lifted != nil {
 		t.Fatalf("Lift of an unfenced volume: %v, %v, %v", lifted, fenced, err)
 	}
@@ -123,6 +128,9 @@ func TestExpiredFences(t *testing.T) {
 	}
 	_ = r.AddFence(ctx, "n1", "v1:c:p:old", Fence{Addrs: []string{"10.0.0.1:0/1"}, Expires: now.Add(-time.Second)})
 	bl := &blocklist{err: errors.New("Ceph must not be asked")}
+	if fenced, err := NewUnfencer(r, bl, "n1").Fenced(ctx, "v1:c:p:old"); err != nil || fenced {
+		t.Fatalf("Fenced of an expired fence: %v, %v; want false", fenced, err)
+	}
 	if lifted, fenced, err := NewUnfencer(r, bl, "n1").Lift(ctx, "v1:c:p:old", "mon"); err != nil || !fenced || len(lifted) != 0 {
 		t.Fatalf("Lift of an expired fence: %v, %v, %v", lifted, fenced, err)
 	}
