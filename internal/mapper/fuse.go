@@ -317,9 +317,9 @@ func (f *fuseMapper) teardown(ctx context.Context, img Image, fenced bool) error
 		}
 	}
 	// The kernel detaches the device once its last writes reach the file.
-	// An rbd-fuse whose client was fenced answers them only when it learns
-	// so from the cluster, which may take tens of seconds: wait for that
-	// as long as the request allows, keeping time for the rest.
+	// An rbd-fuse whose client was fenced answers them late or never: a
+	// fenced one is ended after a short wait, and for the rest the wait
+	// lasts as long as the request allows, keeping time for what follows.
 	detached := func() bool { return len(loopsFor(f.sysRoot, p.file)) == 0 }
 	if fenced && waitFor(ctx, fencedDetachWait, detached) != nil {
 		if err := f.killProcs(ctx, p.mnt); err != nil {

@@ -373,8 +373,13 @@ func (n *Node) unmountAndUnmap(ctx context.Context, rec *record, m mapper.Mapper
 	if err := n.closeCrypt(ctx, rec); err != nil {
 		return err
 	}
-	return m.Unmap(ctx, mapper.UnmapRequest{Image: rec.Image, Device: rec.Device, Options: rec.UnmapOptions,
-		Fenced: n.fenced(ctx, rec.VolumeID)})
+	req := mapper.UnmapRequest{Image: rec.Image, Device: rec.Device, Options: rec.UnmapOptions}
+	if rec.Mounter == mapper.Fuse {
+		// Only rbd-fuse can hold a device on a fenced client's writes
+		// (krbd and rbd-nbd fail them): other unmaps cost no registry read.
+		req.Fenced = n.fenced(ctx, rec.VolumeID)
+	}
+	return m.Unmap(ctx, req)
 }
 
 // checkDir refuses a staging path that exists and is no directory. A
