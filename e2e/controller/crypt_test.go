@@ -120,13 +120,24 @@ func (e cryptEnv) imageMeta(t *testing.T, volumeID string) map[string]string {
 // its DEK with the run's KEKs.
 func (e cryptEnv) volumeKey(t *testing.T, volumeID string) (kms.VolumeKey, []byte) {
 	t.Helper()
+	return e.volumeKeyAs(t, volumeID, imageOf(t, volumeID))
+}
+
+// binding is what the DEK of a volume created as image is bound to.
+func (e cryptEnv) binding(kmsID, image string) kms.Binding {
+	return kms.Binding{KMSID: kmsID, Pool: e.c.Pool, Namespace: e.c.Namespace, Image: image}
+}
+
+// volumeKeyAs is volumeKey of an image created as another (a hidden one).
+func (e cryptEnv) volumeKeyAs(t *testing.T, volumeID, created string) (kms.VolumeKey, []byte) {
+	t.Helper()
 	key, ok, err := kms.ReadVolumeKey(e.imageMeta(t, volumeID))
 	if err != nil || !ok {
 		t.Fatalf("volume %s has no valid key record: ok %v, %v", volumeID, ok, err)
 	}
 	keys, err := e.kms.Open(key.KMSID, e.secrets("a", "b"))
 	harness.Must(t, err, "open KMS %s", key.KMSID)
-	dek, err := keys.Unwrap(harness.Ctx(t), key.DEK)
+	dek, err := keys.Unwrap(harness.Ctx(t), key.DEK, e.binding(key.KMSID, created))
 	harness.Must(t, err, "unwrap the DEK of %s", volumeID)
 	return key, dek
 }
@@ -214,12 +225,19 @@ func TestCryptCreateAndRestoreRewrap(t *testing.T) {
 }
 
 // plain -> encrypted and encrypted -> plain are refused at CreateVolume,
-// a source whose KMS's KEKs the secret lacks too, and a class of a KMS
-// the configuration lacks; none leaves an image or snapshot behind.
+// a source whose KMS's KEKs the secret lacks too, a source whose key
+// record was copied from another image, and a class of a KMS the
+// configuration lacks; none leaves an image or snapshot behind.
 func TestCryptRefusals(t *testing.T) {
 	e := setupCrypt(t)
 	enc := e.mustCreateIn(t, "crypt-enc", "tenant-a", e.secrets("a"), nil)
 	plain := e.mustCreateIn(t, "crypt-plain", "", e.c.Secrets(), nil)
+	// What a pool writer without the KEK could do: copy a wrapped DEK
+	// onto another encrypted image, so that it opens with the copy.
+	copied := e.mustCreateIn(t, "crypt-copied", "tenant-a", e.secrets("a"), nil)
+	args := append([]string{"image-meta", "set", e.c.Pool + "/" + imageOf(t, copied.VolumeId), kms.MetaDEK, e.imageMeta(t, enc.VolumeId)[kms.MetaDEK]}, e.c.NamespaceArgs()...)
+	_, err := e.c.RBD(args...)
+	harness.Must(t, err, "rbd image-meta set")
 	encSnap, err := e.snapshot(t, "crypt-enc-snap", enc.VolumeId)
 	harness.Must(t, err, "CreateSnapshot")
 	t.Cleanup(func() { e.deleteSnapshot(t, encSnap.SnapshotId) })
@@ -241,6 +259,7 @@ func TestCryptRefusals(t *testing.T) {
 		{"plain volume into an encrypted class", "tenant-a", e.secrets("a"), fromVolume(plain.VolumeId), codes.InvalidArgument, "not encrypted"},
 		{"no KEK of the source's KMS", "tenant-b", e.secrets("b"), fromSnapshot(encSnap.SnapshotId), codes.FailedPrecondition, "tenant-a"},
 		{"no KEK at all", "tenant-a", e.c.Secrets(), nil, codes.FailedPrecondition, "encryptionKEK."},
+		{"a key record copied from another image", "tenant-a", e.secrets("a"), fromVolume(copied.VolumeId), codes.FailedPrecondition, "copied from another image"},
 		{"unknown KMS", "tenant-z", e.secrets("a"), nil, codes.InvalidArgument, "tenant-z"},
 	} {
 		_, err := e.createIn(t, "crypt-refused", tc.kms, tc.sec, tc.src)
@@ -252,8 +271,8 @@ func TestCryptRefusals(t *testing.T) {
 	if after := e.c.Images(t); len(after) != len(before) {
 		t.Errorf("refused creates left images: before %v, after %v", before, after)
 	}
-	for _, v := range []string{enc.VolumeId, plain.VolumeId} {
-		if names := snapNames(t, e.env, v); len(names) != 1 {
+	for v, want := range map[string]int{enc.VolumeId: 1, plain.VolumeId: 1, copied.VolumeId: 0} {
+		if names := snapNames(t, e.env, v); len(names) != want {
 			t.Errorf("refused clones left snapshots on %s: %v", v, names)
 		}
 	}
@@ -348,10 +367,12 @@ func TestCryptKEKRotation(t *testing.T) {
 		t.Fatalf("the deleted volume with a snapshot left no hidden image: %v", e.c.Images(t))
 	}
 	hiddenID := "v1:" + e.c.ClusterID + ":" + e.c.Pool + ":" + hidden // volumeKey reads the image by ID
+	// The hidden image keeps the binding of the volume it was.
+	created := map[string]string{v.VolumeId: imageOf(t, v.VolumeId), hiddenID: imageOf(t, gone.VolumeId)}
 	before := map[string]kms.VolumeKey{}
 	deks := map[string][]byte{}
 	for _, id := range []string{v.VolumeId, hiddenID} {
-		before[id], deks[id] = e.volumeKey(t, id)
+		before[id], deks[id] = e.volumeKeyAs(t, id, created[id])
 	}
 
 	kekA2 := newKEK(t)
@@ -385,7 +406,7 @@ func TestCryptKEKRotation(t *testing.T) {
 		}
 		keys, err := e.kms.Open(key.KMSID, all)
 		harness.Must(t, err, "open KMS")
-		dek, err := keys.Unwrap(harness.Ctx(t), key.DEK)
+		dek, err := keys.Unwrap(harness.Ctx(t), key.DEK, e.binding(key.KMSID, created[id]))
 		harness.Must(t, err, "unwrap %s after the rotation", id)
 		if key.DEK.KEKID() != "a2" || key.State != before[id].State || key.KMSID != "tenant-a" || !bytes.Equal(dek, deks[id]) {
 			t.Errorf("%s after the rotation: %+v (same DEK %v), was %+v", id, key, bytes.Equal(dek, deks[id]), before[id])
@@ -408,7 +429,7 @@ func TestCryptKEKRotation(t *testing.T) {
 	}
 	keys, err := e.kms.Open("tenant-a", all)
 	harness.Must(t, err, "open KMS")
-	dek, err := keys.Unwrap(harness.Ctx(t), key.DEK)
+	dek, err := keys.Unwrap(harness.Ctx(t), key.DEK, e.binding("tenant-a", imageOf(t, restore.VolumeId)))
 	if err != nil || !bytes.Equal(dek, deks[hiddenID]) {
 		t.Fatalf("the restore after the rotation has another DEK (%v)", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/config"
 	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/kms"
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
 // Encrypted volumes. The controller's part is the volume key record in
@@ -67,10 +68,15 @@ func unknownKMS(cfg kms.Config, id string) error {
 	return fmt.Errorf("%w %.70q (configured: %s)", kms.ErrUnknownKMS, id, strings.Join(slices.Sorted(maps.Keys(cfg)), ", "))
 }
 
-// newVolumeKey draws a DEK for a new volume and wraps it with the current
-// KEK of the class's KMS: the image metadata of its key record, state
-// prepared.
-func (c *Controller) newVolumeKey(ctx context.Context, name string, enc config.Encryption, secrets map[string]string) (map[string]string, error) {
+// binding is what the DEK of image in pool is bound to (kms.Binding).
+func binding(kmsID string, pool rbd.Pool, image string) kms.Binding {
+	return kms.Binding{KMSID: kmsID, Pool: pool.Name, Namespace: pool.Namespace, Image: image}
+}
+
+// newVolumeKey draws a DEK for the new volume name, image in pool, and
+// wraps it with the current KEK of the class's KMS, bound to the image:
+// the image metadata of its key record, state prepared.
+func (c *Controller) newVolumeKey(ctx context.Context, pool rbd.Pool, image, name string, enc config.Encryption, secrets map[string]string) (map[string]string, error) {
 	keys, err := c.openKMS(enc.KMSID, secrets, true)
 	if err != nil {
 		return nil, status.Errorf(status.Code(err), "volume %s: %s", name, status.Convert(err).Message())
@@ -80,7 +86,7 @@ func (c *Controller) newVolumeKey(ctx context.Context, name string, enc config.E
 		return nil, status.Errorf(codes.Internal, "volume %s: %v", name, err)
 	}
 	defer clear(dek)
-	wrapped, err := keys.Wrap(ctx, dek)
+	wrapped, err := keys.Wrap(ctx, dek, binding(enc.KMSID, pool, image))
 	if err != nil {
 		return nil, wrapStatus(name, enc.KMSID, err)
 	}
@@ -88,12 +94,15 @@ func (c *Controller) newVolumeKey(ctx context.Context, name string, enc config.E
 }
 
 // childVolumeKey is the key record of a restore or clone of an image
-// parentVol (what names the source for messages).
+// parentVol in parentPool (what names the source for messages), for the
+// new volume name, image in pool.
 //
 // The child shares the parent's data, LUKS header included, copy-on-write:
 // it needs the parent's DEK, which is unwrapped with the parent's KMS and
 // wrapped again with the current KEK of the child's class (another KMS
-// maybe). Both must be in the request's secrets.
+// maybe), bound to the child's image. Both must be in the request's
+// secrets. The parent's DEK is bound to the image the parent was created
+// as, which a hidden image still names (records.Names.OriginalImage).
 //
 // The child's state is always prepared, whatever the parent's: the
 // parent's record tells how the parent stands now, not how it stood when
@@ -106,7 +115,7 @@ func (c *Controller) newVolumeKey(ctx context.Context, name string, enc config.E
 // encrypted -> plain and plain -> encrypted are refused: a plain class
 // would hand the node ciphertext to mount, and a plain parent's data
 // cannot become encrypted in place.
-func (c *Controller) childVolumeKey(ctx context.Context, parentVol records.Volume, what, name string, enc config.Encryption, secrets map[string]string) (map[string]string, error) {
+func (c *Controller) childVolumeKey(ctx context.Context, parentPool rbd.Pool, parentVol records.Volume, what string, pool rbd.Pool, image, name string, enc config.Encryption, secrets map[string]string) (map[string]string, error) {
 	parent, encrypted, err := parentVol.Key()
 	if err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "%s cannot be restored or cloned: %v", what, err)
@@ -125,11 +134,15 @@ func (c *Controller) childVolumeKey(ctx context.Context, parentVol records.Volum
 	if err != nil {
 		return nil, status.Errorf(status.Code(err), "%s is encrypted with KMS %s: %s", what, parent.KMSID, status.Convert(err).Message())
 	}
-	dek, err := from.Unwrap(ctx, parent.DEK)
+	dek, err := from.Unwrap(ctx, parent.DEK, binding(parent.KMSID, parentPool, c.names.OriginalImage(parentVol)))
 	if err != nil {
-		if errors.Is(err, kms.ErrMissingKEK) || errors.Is(err, kms.ErrWrongKEK) {
+		switch {
+		case errors.Is(err, kms.ErrMissingKEK):
 			return nil, status.Errorf(codes.FailedPrecondition, "%s is encrypted with KMS %s, whose key encryption keys must be in %s as well as those of the new volume's KMS %s: %v",
 				what, parent.KMSID, provisionerSecretHint, enc.KMSID, err)
+		case errors.Is(err, kms.ErrWrongKEK):
+			return nil, status.Errorf(codes.FailedPrecondition, "%s is encrypted with KMS %s, and its key record does not open: %v; check its image's %s against the KEKs in %s",
+				what, parent.KMSID, err, kms.MetaDEK, provisionerSecretHint)
 		}
 		return nil, status.Errorf(codes.FailedPrecondition, "%s: unwrapping its data key: %v", what, err)
 	}
@@ -140,7 +153,7 @@ func (c *Controller) childVolumeKey(ctx context.Context, parentVol records.Volum
 			return nil, status.Errorf(status.Code(err), "volume %s: %s", name, status.Convert(err).Message())
 		}
 	}
-	wrapped, err := to.Wrap(ctx, dek)
+	wrapped, err := to.Wrap(ctx, dek, binding(enc.KMSID, pool, image))
 	if err != nil {
 		return nil, wrapStatus(name, enc.KMSID, err)
 	}

@@ -102,7 +102,7 @@ func (e *env) record(t *testing.T, image string, keks map[string]string) (kms.Vo
 	}
 	keys, err := testKMS.Open(key.KMSID, keks)
 	must(t, err, "Open")
-	dek, err := keys.Unwrap(ctx(t), key.DEK)
+	dek, err := keys.Unwrap(ctx(t), key.DEK, e.binding(key.KMSID, image, info.Metadata))
 	must(t, err, "Unwrap "+image)
 	return key, dek
 }
@@ -298,4 +298,34 @@ func TestKEKRotationPassLeavesCurrentVolumesUnlocked(t *testing.T) {
 	}
 	c.delete(t, cloneID)
 	c.delete(t, vol.VolumeId)
+}
+
+// legacyDEK is a key record as releases before the binding wrote it: the
+// DEK 0x07 x 32 wrapped by kekA (ID a1), bound to no image.
+const legacyDEK = "v1.a1.AwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwM.BAQEBAQEBAQEBAQE.JRCY2Pf8wBHfZzXcH42luxmdcZhesY7OiwpiYEL5Kc6yeR8gsXQKZ9nxkynyedU1"
+
+// A legacy wrap is re-wrapped by the next pass although its KEK is the
+// current one: afterwards it is bound to its image, and holds the same DEK.
+func TestKEKRotationBindsLegacyWraps(t *testing.T) {
+	e := newEnv(t)
+	c := e.start("", cryptOpts())
+	v := c.mustCreateIn(t, "legacy", "tenant-a", withKEKs("a"), nil)
+	e.setMeta(t, v.VolumeId, map[string]string{kms.MetaDEK: legacyDEK})
+
+	up := &rotUpkeep{rewraps: map[string]int{}}
+	own := &controllerSecrets{m: withKEKs("a")}
+	e.start("", controller.Options{KMS: testKMS, Credentials: ownCreds(), KMSSecrets: own.get,
+		KEKRotationInterval: 20 * time.Millisecond, Upkeep: up})
+	if pass := up.waitPasses(t, 2); pass.pending["tenant-a"] != 0 || pass.err != nil {
+		t.Fatalf("after the passes: pending %v, %v", pass.pending, pass.err)
+	}
+	key, dek := e.volumeKey(t, v.VolumeId)
+	if !key.DEK.Bound() || key.DEK.KEKID() != "a1" || !bytes.Equal(dek, bytes.Repeat([]byte{7}, 32)) {
+		t.Errorf("after the rotation: %+v (bound %v), DEK %x", key, key.DEK.Bound(), dek)
+	}
+	if up.count("tenant-a/ok") != 1 {
+		t.Errorf("%d re-wraps reported, want 1", up.count("tenant-a/ok"))
+	}
+	c.delete(t, v.VolumeId)
+	e.expectEmpty(t)
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/rbdcsi/rbdcsi/internal/controller"
+	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/kms"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
@@ -93,9 +94,16 @@ func (e *env) volumeKey(t *testing.T, volumeID string) (kms.VolumeKey, []byte) {
 	}
 	keys, err := testKMS.Open(key.KMSID, withKEKs("a", "b"))
 	must(t, err, "Open "+key.KMSID)
-	dek, err := keys.Unwrap(ctx(t), key.DEK)
+	dek, err := keys.Unwrap(ctx(t), key.DEK, e.binding(key.KMSID, imageOf(t, volumeID), info.Metadata))
 	must(t, err, "Unwrap the DEK of "+volumeID)
 	return key, dek
+}
+
+// binding is what the DEK of image (with metadata md) is bound to: the
+// image its volume was created as, also once it is hidden.
+func (e *env) binding(kmsID, image string, md map[string]string) kms.Binding {
+	n := records.NewNames("", nil)
+	return kms.Binding{KMSID: kmsID, Pool: e.pool.Name, Namespace: e.pool.Namespace, Image: n.OriginalImage(n.Volume(image, md))}
 }
 
 func (e *env) setMeta(t *testing.T, volumeID string, kv map[string]string) {

@@ -53,7 +53,7 @@ func (c *Controller) createFromSource(ctx context.Context, pool rbd.Pool, image,
 		return 0, cephStatus(err)
 	}
 
-	src, err := c.resolveSource(ctx, pool, params, name, cs, secrets)
+	src, err := c.resolveSource(ctx, pool, image, params, name, cs, secrets)
 	if err != nil {
 		return 0, err
 	}
@@ -132,7 +132,7 @@ func (c *Controller) removeUnfinished(ctx context.Context, pool rbd.Pool, image,
 // temporary snapshot to clone from. An encrypted parent's data key is
 // wrapped for the new volume (childVolumeKey) first: a refusal leaves
 // nothing behind.
-func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, params config.Params, name string, cs *csi.VolumeContentSource, secrets map[string]string) (source, error) {
+func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, image string, params config.Params, name string, cs *csi.VolumeContentSource, secrets map[string]string) (source, error) {
 	clusterID := params.ClusterID
 	if s := cs.GetSnapshot(); s != nil {
 		snap, err := volid.DecodeSnapshot(s.GetSnapshotId())
@@ -160,7 +160,7 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, params co
 		// A snapshot's image keeps the key record of the volume it was
 		// taken of, also once that volume is deleted (a hidden image).
 		parent := c.names.Volume(fam.Name, fam.Metadata)
-		key, err := c.childVolumeKey(ctx, parent, "snapshot "+s.GetSnapshotId(), name, params.Encryption, secrets)
+		key, err := c.childVolumeKey(ctx, ppool, parent, "snapshot "+s.GetSnapshotId(), pool, image, name, params.Encryption, secrets)
 		if err != nil {
 			return source{}, err
 		}
@@ -189,7 +189,7 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, params co
 		return source{}, err
 	}
 	parent := c.names.Volume(vol.Image, fam.Metadata)
-	key, err := c.childVolumeKey(ctx, parent, "volume "+v.GetVolumeId(), name, params.Encryption, secrets)
+	key, err := c.childVolumeKey(ctx, ppool, parent, "volume "+v.GetVolumeId(), pool, image, name, params.Encryption, secrets)
 	if err != nil {
 		return source{}, err
 	}

@@ -29,7 +29,7 @@ func (c *Controller) createImage(ctx context.Context, pool rbd.Pool, image, name
 		case err != nil && !errors.Is(err, rbd.ErrNotFound) && !errors.Is(err, rbd.ErrPoolNotFound):
 			return 0, cephStatus(err)
 		}
-		key, err := c.newVolumeKey(ctx, name, enc, secrets)
+		key, err := c.newVolumeKey(ctx, pool, image, name, enc, secrets)
 		if err != nil {
 			return 0, err
 		}

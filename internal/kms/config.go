@@ -90,8 +90,10 @@ type Keys interface {
 	// Current names the KEK Wrap uses; a DEK wrapped by another is due
 	// for a re-wrap.
 	Current() string
-	Wrap(ctx context.Context, dek []byte) (Wrapped, error)
-	Unwrap(ctx context.Context, w Wrapped) ([]byte, error)
+	// Wrap and Unwrap bind the DEK to b (see Binding); b.KMSID is this
+	// KMS's ID.
+	Wrap(ctx context.Context, dek []byte, b Binding) (Wrapped, error)
+	Unwrap(ctx context.Context, w Wrapped, b Binding) ([]byte, error)
 }
 
 // Open returns the keys of KMS id, from the call's secrets for type secret.
@@ -163,14 +165,29 @@ func openSecretKeys(kms, prefix string, secrets map[string]string) (*secretKeys,
 
 func (s *secretKeys) Current() string { return s.current }
 
-func (s *secretKeys) Wrap(_ context.Context, dek []byte) (Wrapped, error) {
+func (s *secretKeys) Wrap(_ context.Context, dek []byte, b Binding) (Wrapped, error) {
 	if s.current == "" {
 		return "", fmt.Errorf("KMS %s: %w: the secret has no %s.<id> key", s.kms, ErrMissingKEK, s.prefix)
 	}
-	return Wrap(s.current, s.keks[s.current], dek)
+	if err := s.ours(b); err != nil {
+		return "", err
+	}
+	return Wrap(s.current, s.keks[s.current], dek, b)
 }
 
-func (s *secretKeys) Unwrap(_ context.Context, w Wrapped) ([]byte, error) {
+// ours refuses a binding to another KMS: a caller's slip that would make
+// a DEK no call could unwrap.
+func (s *secretKeys) ours(b Binding) error {
+	if b.KMSID != s.kms {
+		return fmt.Errorf("KMS %s asked to bind a data key to KMS %.70q", s.kms, b.KMSID)
+	}
+	return nil
+}
+
+func (s *secretKeys) Unwrap(_ context.Context, w Wrapped, b Binding) ([]byte, error) {
+	if err := s.ours(b); err != nil {
+		return nil, err
+	}
 	id := w.KEKID()
 	kek, ok := s.keks[id]
 	if !ok {
@@ -178,7 +195,7 @@ func (s *secretKeys) Unwrap(_ context.Context, w Wrapped) ([]byte, error) {
 		return nil, fmt.Errorf("KMS %s: %w: the data key is wrapped by key %.70q, and the secret has no %s.%s (it has: %s)",
 			s.kms, ErrMissingKEK, id, s.prefix, id, strings.Join(have, ", "))
 	}
-	dek, err := Unwrap(w, kek)
+	dek, err := Unwrap(w, kek, b)
 	if err != nil {
 		return nil, fmt.Errorf("KMS %s: %w", s.kms, err)
 	}

@@ -42,7 +42,7 @@ func TestSecretKeys(t *testing.T) {
 		t.Fatalf("Open = %v, %v", keys, err)
 	}
 	dek, _ := NewDEK()
-	w, err := keys.Wrap(ctx, dek)
+	w, err := keys.Wrap(ctx, dek, testBinding)
 	if err != nil || w.KEKID() != "old" {
 		t.Fatalf("Wrap = %q, %v", w, err)
 	}
@@ -56,24 +56,24 @@ func TestSecretKeys(t *testing.T) {
 	if err != nil || rotated.Current() != "new" {
 		t.Fatalf("Open with Current = %v, %v", rotated, err)
 	}
-	got, err := rotated.Unwrap(ctx, w)
+	got, err := rotated.Unwrap(ctx, w, testBinding)
 	if err != nil || !bytes.Equal(got, dek) {
 		t.Fatalf("old DEK under the rotated keys: %x, %v", got, err)
 	}
-	rewrapped, err := rotated.Wrap(ctx, got)
+	rewrapped, err := rotated.Wrap(ctx, got, testBinding)
 	if err != nil || rewrapped.KEKID() != "new" {
 		t.Fatalf("re-wrap = %q, %v", rewrapped, err)
 	}
 
 	onlyNew := map[string]string{"encryptionKEK.new": b64(newKEK)}
 	keys, _ = c.Open("t", onlyNew)
-	_, err = keys.Unwrap(ctx, w)
+	_, err = keys.Unwrap(ctx, w, testBinding)
 	if !errors.Is(err, ErrMissingKEK) || !strings.Contains(err.Error(), "encryptionKEK.old") {
 		t.Errorf("unwrap without the old key: %v", err)
 	}
 	wrong := map[string]string{"encryptionKEK.old": b64(newKEK)}
 	keys, _ = c.Open("t", wrong)
-	if _, err := keys.Unwrap(ctx, w); !errors.Is(err, ErrWrongKEK) {
+	if _, err := keys.Unwrap(ctx, w, testBinding); !errors.Is(err, ErrWrongKEK) {
 		t.Errorf("unwrap with another key under the same ID: %v", err)
 	}
 	if _, err := c.Open("nope", one); !errors.Is(err, ErrUnknownKMS) || !strings.Contains(err.Error(), "configured: t") {
@@ -83,7 +83,7 @@ func TestSecretKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := none.Wrap(ctx, dek); !errors.Is(err, ErrMissingKEK) {
+	if _, err := none.Wrap(ctx, dek, testBinding); !errors.Is(err, ErrMissingKEK) {
 		t.Errorf("wrap with no key: %v", err)
 	}
 	for _, bad := range []map[string]string{

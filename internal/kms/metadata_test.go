@@ -9,7 +9,7 @@ import (
 func TestVolumeKeyMetadata(t *testing.T) {
 	kek := make([]byte, MinKEKSize)
 	dek, _ := NewDEK()
-	w, err := Wrap("k1", kek, dek)
+	w, err := Wrap("k1", kek, dek, testBinding)
 	if err != nil {
 		t.Fatal(err)
 	}

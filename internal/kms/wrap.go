@@ -6,7 +6,8 @@
 // in the image's metadata. Wrapping is AES-256-GCM under a key derived
 // (HKDF-SHA256) from the KEK with a salt drawn for that one wrap, and the
 // wrapped form names its KEK, so rotating KEKs re-wraps DEKs without
-// touching a volume's data or its LUKS header.
+// touching a volume's data or its LUKS header. A wrapped DEK is bound to
+// its image (Binding): copied to another image, it does not unwrap.
 package kms
 
 import (
@@ -16,6 +17,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"regexp"
@@ -29,8 +31,13 @@ const DEKSize = 32
 // MinKEKSize is the least key material a KEK may have.
 const MinKEKSize = 32
 
-// wrapVersion starts every wrapped DEK; Unwrap refuses one it does not know.
-const wrapVersion = "v1"
+// wrapVersion starts every wrapped DEK Wrap makes. legacyVersion is the
+// unbound wrap of earlier releases: Unwrap still opens it, and the KEK
+// rotation replaces it with a bound one. Unwrap refuses any other version.
+const (
+	wrapVersion   = "v2"
+	legacyVersion = "v1"
+)
 
 // saltSize and the HKDF info string make each wrap's key unique to it.
 const (
@@ -38,9 +45,10 @@ const (
 	hkdfInfo = "rbdcsi DEK wrap v1"
 )
 
-// ErrWrongKEK: the KEK does not open the wrapped DEK (another key under
-// the same ID, or the wrapped DEK was altered).
-var ErrWrongKEK = errors.New("the key encryption key does not unwrap this data key")
+// ErrWrongKEK: the KEK does not open the wrapped DEK for this image:
+// another key under the same ID, an altered record, or a record made for
+// another image. AES-GCM cannot tell these apart.
+var ErrWrongKEK = errors.New("the key encryption key does not unwrap this data key for this image (another key under its ID, an altered key record, or one copied from another image)")
 
 var kekIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
@@ -62,23 +70,54 @@ func NewDEK() ([]byte, error) {
 	return dek, nil
 }
 
-// Wrapped is a DEK as stored: v1.<kekID>.<salt>.<nonce>.<sealed>, the last
-// three base64url without padding. The version and the KEK ID are bound to
-// the sealed DEK as additional data: neither can be swapped unnoticed.
+// Wrapped is a DEK as stored: v2.<kekID>.<salt>.<nonce>.<sealed>, the last
+// three base64url without padding. The version, the KEK ID and the Binding
+// are sealed with the DEK as additional data: none can be swapped
+// unnoticed, and the binding is not stored, only checked.
 type Wrapped string
 
 // KEKID is the ID of the KEK that wrapped w, or "" if w is malformed.
 func (w Wrapped) KEKID() string {
 	parts := strings.Split(string(w), ".")
-	if len(parts) != 5 || parts[0] != wrapVersion {
+	if len(parts) != 5 || (parts[0] != wrapVersion && parts[0] != legacyVersion) {
 		return ""
 	}
 	return parts[1]
 }
 
-// Wrap seals dek under the KEK identified by kekID.
-func Wrap(kekID string, kek, dek []byte) (Wrapped, error) {
+// Bound tells a wrap bound to its image from a legacy one, which the KEK
+// rotation re-wraps even under the current KEK.
+func (w Wrapped) Bound() bool { return strings.HasPrefix(string(w), wrapVersion+".") }
+
+// Binding is what a DEK belongs to: its KMS and the image the volume was
+// created as, by pool, RADOS namespace and name. The node stages a volume
+// by these (its volume ID names them), so a wrapped DEK copied onto
+// another image, or an image renamed onto another volume's name, does not
+// unwrap there.
+//
+// The image's RBD ID and the cluster's fsid are left out on purpose: the
+// ID is drawn only once the image exists, after its key record must be
+// written, and neither survives RBD mirroring, whose copy on the peer
+// cluster keeps the pool, namespace and name. A hidden image (a deleted
+// volume kept for its snapshots, a group snapshot's member) keeps the
+// binding of the volume it came from.
+type Binding struct {
+	KMSID, Pool, Namespace, Image string
+}
+
+func (b Binding) check() error {
+	if b.KMSID == "" || b.Pool == "" || b.Image == "" {
+		return fmt.Errorf("a data key must be bound to a KMS, a pool and an image (have %q, %q, %q)", b.KMSID, b.Pool, b.Image)
+	}
+	return nil
+}
+
+// Wrap seals dek under the KEK identified by kekID, bound to b.
+func Wrap(kekID string, kek, dek []byte, b Binding) (Wrapped, error) {
 	if err := ValidKEKID(kekID); err != nil {
+		return "", err
+	}
+	if err := b.check(); err != nil {
 		return "", err
 	}
 	if len(kek) < MinKEKSize {
@@ -99,19 +138,23 @@ func Wrap(kekID string, kek, dek []byte) (Wrapped, error) {
 	if _, err := rand.Read(nonce); err != nil {
 		return "", fmt.Errorf("drawing a nonce: %w", err)
 	}
-	sealed := aead.Seal(nil, nonce, dek, additional(kekID))
+	sealed := aead.Seal(nil, nonce, dek, additional(wrapVersion, kekID, b))
 	enc := base64.RawURLEncoding.EncodeToString
 	return Wrapped(strings.Join([]string{wrapVersion, kekID, enc(salt), enc(nonce), enc(sealed)}, ".")), nil
 }
 
-// Unwrap opens w with kek, which must be the KEK w names.
-func Unwrap(w Wrapped, kek []byte) ([]byte, error) {
+// Unwrap opens w with kek, which must be the KEK w names, for the image
+// of b. A legacy (v1) wrap is bound to no image and opens anywhere.
+func Unwrap(w Wrapped, kek []byte, b Binding) ([]byte, error) {
 	parts := strings.Split(string(w), ".")
 	if len(parts) != 5 {
 		return nil, errors.New("malformed wrapped data key")
 	}
-	if parts[0] != wrapVersion {
-		return nil, fmt.Errorf("wrapped data key of version %.10q; this driver reads %s", parts[0], wrapVersion)
+	if parts[0] != wrapVersion && parts[0] != legacyVersion {
+		return nil, fmt.Errorf("wrapped data key of version %.10q; this driver reads %s and %s", parts[0], wrapVersion, legacyVersion)
+	}
+	if err := b.check(); err != nil {
+		return nil, err
 	}
 	salt, err1 := decodeField(parts[2])
 	nonce, err2 := decodeField(parts[3])
@@ -126,9 +169,9 @@ func Unwrap(w Wrapped, kek []byte) ([]byte, error) {
 	if len(nonce) != aead.NonceSize() {
 		return nil, errors.New("malformed wrapped data key")
 	}
-	dek, err := aead.Open(nil, nonce, sealed, additional(parts[1]))
+	dek, err := aead.Open(nil, nonce, sealed, additional(parts[0], parts[1], b))
 	if err != nil {
-		return nil, fmt.Errorf("key %s: %w", parts[1], ErrWrongKEK)
+		return nil, fmt.Errorf("key %s, image %s: %w", parts[1], b, ErrWrongKEK)
 	}
 	if len(dek) != DEKSize {
 		return nil, errors.New("malformed wrapped data key")
@@ -163,4 +206,25 @@ func sealer(kek, salt []byte) (cipher.AEAD, error) {
 	return cipher.NewGCM(block)
 }
 
-func additional(kekID string) []byte { return []byte(wrapVersion + "." + kekID) }
+// additional is the data sealed with a DEK: the version and KEK ID, and
+// for v2 the binding, each field length-prefixed so that no two bindings
+// read alike ("a/b" in pool "p" and "b" in pool "p/a" differ).
+func additional(version, kekID string, b Binding) []byte {
+	ad := []byte(version + "." + kekID)
+	if version == legacyVersion {
+		return ad
+	}
+	for _, f := range []string{b.KMSID, b.Pool, b.Namespace, b.Image} {
+		ad = binary.BigEndian.AppendUint32(ad, uint32(len(f)))
+		ad = append(ad, f...)
+	}
+	return ad
+}
+
+// String names the image for messages: pool/namespace/image.
+func (b Binding) String() string {
+	if b.Namespace == "" {
+		return b.Pool + "/" + b.Image
+	}
+	return b.Pool + "/" + b.Namespace + "/" + b.Image
+}

@@ -91,7 +91,10 @@ func (n *Node) unlock(ctx context.Context, vol volid.Volume, cl cluster.Cluster,
 	if err != nil {
 		return nil, kmsStatus(vol, rec.KMSID, err)
 	}
-	dek, err := keys.Unwrap(ctx, rec.DEK)
+	// The binding is the image the volume ID names: a key record copied
+	// from another image does not unwrap here.
+	b := kms.Binding{KMSID: rec.KMSID, Pool: pool.Name, Namespace: pool.Namespace, Image: vol.Image}
+	dek, err := keys.Unwrap(ctx, rec.DEK, b)
 	if err != nil {
 		return nil, kmsStatus(vol, rec.KMSID, err)
 	}

@@ -115,7 +115,7 @@ func newCryptFixture(t *testing.T) *cryptFixture {
 	if f.dek, err = kms.NewDEK(); err != nil {
 		t.Fatal(err)
 	}
-	w, err := kms.Wrap("k1", kek, f.dek)
+	w, err := kms.Wrap("k1", kek, f.dek, cryptBinding)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,8 @@ import (
 // adding the new KEK to the Secret and pointing <prefix>Current at it. A
 // pass over every pool the controller's credentials read then re-wraps,
 // with the KEKs of the controller's own Secret (Options.KMSSecrets), each
-// DEK wrapped by another KEK than its KMS's current one: volumes, and the
+// DEK wrapped by another KEK than its KMS's current one, or by an older
+// release that did not bind it to its image (kms.Binding): volumes, and the
 // hidden images of deleted volumes, whose records restores from their
 // snapshots use. Only the wrapped DEK changes (one metadata key, written
 // in one step): the LUKS header and the data stay as they are, mapped
@@ -171,7 +172,7 @@ func (p *rotationPass) image(ctx context.Context, pool rbd.Pool, name string, hi
 		return err
 	}
 	key, keys := stale.key, stale.keys
-	wrapped, err := rewrap(ctx, keys, key.DEK)
+	wrapped, err := rewrap(ctx, keys, key.DEK, stale.binding)
 	if err == nil {
 		err = e.backend.SetMetadata(ctx, pool, name, map[string]string{kms.MetaDEK: string(wrapped)})
 		if errors.Is(err, rbd.ErrNotFound) {
@@ -188,10 +189,12 @@ func (p *rotationPass) image(ctx context.Context, pool rbd.Pool, name string, hi
 }
 
 // staleKey is a volume's DEK wrapped by a KEK that is not its KMS's
-// current one, with that KMS's keys.
+// current one, or not bound to its image (a legacy wrap), with that KMS's
+// keys and the image's binding.
 type staleKey struct {
-	key  kms.VolumeKey
-	keys kms.Keys
+	key     kms.VolumeKey
+	keys    kms.Keys
+	binding kms.Binding
 }
 
 // stale reads an image's DEK and tells whether it needs a re-wrap (nil:
@@ -226,10 +229,12 @@ func (p *rotationPass) stale(ctx context.Context, pool rbd.Pool, name string, hi
 		p.pending[key.KMSID]++
 		return nil, nil
 	}
-	if key.DEK.KEKID() == keys.Current() {
+	if key.DEK.KEKID() == keys.Current() && key.DEK.Bound() {
 		return nil, nil
 	}
-	return &staleKey{key: key, keys: keys}, nil
+	// A hidden image keeps the binding of the volume it came from.
+	b := kms.Binding{KMSID: key.KMSID, Pool: pool.Name, Namespace: pool.Namespace, Image: e.names.OriginalImage(v)}
+	return &staleKey{key: key, keys: keys, binding: b}, nil
 }
 
 // failed reports a volume whose DEK stays as it was.
@@ -262,19 +267,19 @@ func (p *rotationPass) open(id string) (kms.Keys, bool) {
 	return keys, true
 }
 
-// rewrap unwraps w and wraps its DEK with the current KEK, and checks
-// that the new wrap opens to the same DEK before anyone may store it.
-func rewrap(ctx context.Context, keys kms.Keys, w kms.Wrapped) (kms.Wrapped, error) {
-	dek, err := keys.Unwrap(ctx, w)
+// rewrap unwraps w and wraps its DEK with the current KEK, bound to b, and
+// checks that the new wrap opens to the same DEK before anyone may store it.
+func rewrap(ctx context.Context, keys kms.Keys, w kms.Wrapped, b kms.Binding) (kms.Wrapped, error) {
+	dek, err := keys.Unwrap(ctx, w, b)
 	if err != nil {
 		return "", err
 	}
 	defer clear(dek)
-	nw, err := keys.Wrap(ctx, dek)
+	nw, err := keys.Wrap(ctx, dek, b)
 	if err != nil {
 		return "", err
 	}
-	check, err := keys.Unwrap(ctx, nw)
+	check, err := keys.Unwrap(ctx, nw, b)
 	if err != nil {
 		return "", fmt.Errorf("the new wrap does not open: %w", err)
 	}
