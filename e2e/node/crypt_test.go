@@ -301,6 +301,18 @@ func TestEncryptedRestoreAndClone(t *testing.T) {
 	clone := e.createFrom("crypt-clone", 64*mib, c, &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
 		Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: src.VolumeId}}}, encrypted("tenant-a")...)
 	expectContent(t, filepath.Join(e.mountAt(clone, "clone", c), "data"), plaintext, "the clone")
+
+	// Each child's first stage checked the header it inherited and bound it:
+	// the same header under the same DEK, so the source's MAC.
+	mac := e.cryptMeta(src, "header")
+	if !strings.HasPrefix(mac, "v1.") {
+		t.Fatalf("the source's header MAC is %q", mac)
+	}
+	for name, v := range map[string]*csi.Volume{"restore": restored, "clone": clone} {
+		if got, state := e.cryptMeta(v, "header"), e.cryptMeta(v, "state"); got != mac || state != "formatted" {
+			t.Errorf("the %s's header MAC %q and state %q after its first stage, want the source's and formatted", name, got, state)
+		}
+	}
 }
 
 // A plugin killed right after luksFormat, before the state is recorded:

@@ -5,13 +5,15 @@ import (
 	"fmt"
 )
 
-// Image metadata keys of an encrypted volume. The controller writes them
-// at CreateVolume (state prepared), the node moves the state on once the
-// LUKS header is written, and a KEK rotation rewrites MetaDEK only.
+// Image metadata keys of an encrypted volume. The controller writes the
+// first three at CreateVolume (state prepared), the node moves the state
+// on and adds MetaHeader once the LUKS header is written, and a KEK
+// rotation rewrites MetaDEK only.
 const (
-	MetaKMS   = "rbdcsi.crypt.kms"
-	MetaDEK   = "rbdcsi.crypt.dek"
-	MetaState = "rbdcsi.crypt.state"
+	MetaKMS    = "rbdcsi.crypt.kms"
+	MetaDEK    = "rbdcsi.crypt.dek"
+	MetaState  = "rbdcsi.crypt.state"
+	MetaHeader = "rbdcsi.crypt.header"
 )
 
 // State is where an encrypted volume's LUKS format stands.
@@ -31,11 +33,18 @@ type VolumeKey struct {
 	KMSID string
 	DEK   Wrapped
 	State State
+	// Header binds the LUKS header the node wrote or first opened to the
+	// DEK; empty until then, and on volumes made before the binding.
+	Header HeaderMAC
 }
 
-// Metadata is the record as image metadata.
+// Metadata is the record as image metadata (MetaHeader only when set).
 func (k VolumeKey) Metadata() map[string]string {
-	return map[string]string{MetaKMS: k.KMSID, MetaDEK: string(k.DEK), MetaState: string(k.State)}
+	md := map[string]string{MetaKMS: k.KMSID, MetaDEK: string(k.DEK), MetaState: string(k.State)}
+	if k.Header != "" {
+		md[MetaHeader] = string(k.Header)
+	}
+	return md
 }
 
 // ErrBadRecord: an image's encryption metadata is incomplete or malformed.
@@ -48,10 +57,11 @@ func ReadVolumeKey(md map[string]string) (k VolumeKey, ok bool, err error) {
 	kmsID, hasKMS := md[MetaKMS]
 	dek, hasDEK := md[MetaDEK]
 	state, hasState := md[MetaState]
-	if !hasKMS && !hasDEK && !hasState {
+	header, hasHeader := md[MetaHeader]
+	if !hasKMS && !hasDEK && !hasState && !hasHeader {
 		return VolumeKey{}, false, nil
 	}
-	k = VolumeKey{KMSID: kmsID, DEK: Wrapped(dek), State: State(state)}
+	k = VolumeKey{KMSID: kmsID, DEK: Wrapped(dek), State: State(state), Header: HeaderMAC(header)}
 	switch {
 	case ValidKEKID(kmsID) != nil:
 		return k, true, fmt.Errorf("%w: KMS ID %.70q", ErrBadRecord, kmsID)
@@ -59,6 +69,12 @@ func ReadVolumeKey(md map[string]string) (k VolumeKey, ok bool, err error) {
 		return k, true, fmt.Errorf("%w: no wrapped data key", ErrBadRecord)
 	case k.State != StatePrepared && k.State != StateFormatted:
 		return k, true, fmt.Errorf("%w: state %.30q", ErrBadRecord, state)
+	}
+	if hasHeader {
+		// Missing is allowed: volumes formatted before the binding.
+		if _, err := k.Header.decode(); err != nil {
+			return k, true, fmt.Errorf("%w: %v", ErrBadRecord, err)
+		}
 	}
 	return k, true, nil
 }

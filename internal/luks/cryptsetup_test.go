@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/rbdcsi/rbdcsi/internal/command"
+	"github.com/rbdcsi/rbdcsi/internal/luks/lukstest"
 )
 
 // TestCryptsetupFormatsAFile runs the real cryptsetup on regular files:
@@ -45,6 +46,17 @@ func TestCryptsetupFormatsAFile(t *testing.T) {
 	}
 	if ok, err := l.IsLUKS(ctx, dev); !ok || err != nil {
 		t.Fatalf("IsLUKS(formatted) = %v, %v", ok, err)
+	}
+	// The header Format writes is the one Check holds every header to.
+	h, err := l.Header(ctx, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Check(); err != nil {
+		t.Fatalf("the header Format wrote: %v", err)
+	}
+	if again, err := l.Header(ctx, dev); err != nil || again.Digest() != h.Digest() {
+		t.Fatalf("a second read of the header: %v, or another digest", err)
 	}
 	if ok, err := l.IsLUKS(ctx, zeros); ok || err != nil {
 		t.Fatalf("IsLUKS(zeros) = %v, %v", ok, err)
@@ -94,4 +106,91 @@ func TestCryptsetupFormatsAFile(t *testing.T) {
 	if again, _ := exec.Command(tool, "luksUUID", dev).Output(); len(uuid) == 0 || string(again) != string(uuid) {
 		t.Fatalf("the header changed: UUID %q, then %q", uuid, again)
 	}
+}
+
+// TestCryptsetupPlantedHeadersFailTheCheck plants headers on files as
+// someone who can write a volume's image but holds no key can, and checks
+// that real cryptsetup reads them as they are and Check refuses them,
+// naming the cipher.
+func TestCryptsetupPlantedHeadersFailTheCheck(t *testing.T) {
+	if _, err := exec.LookPath(tool); err != nil {
+		t.Skip("cryptsetup is not installed (make deps installs cryptsetup-bin)")
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	l := New(Options{Runner: command.ExecRunner{}})
+	newFile := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(p, 32<<20); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	ours := newFile("ours")
+	if err := l.Format(ctx, ours, key); err != nil {
+		t.Fatal(err)
+	}
+	orig, err := os.ReadFile(ours)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectRefused := func(t *testing.T, device, says string) {
+		t.Helper()
+		h, err := l.Header(ctx, device)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Check(); !errors.Is(err, ErrForeignHeader) || !strings.Contains(err.Error(), says) {
+			t.Fatalf("Check of the planted header = %v, want ErrForeignHeader saying %s", err, says)
+		}
+	}
+
+	// cryptsetup itself will not make a LUKS2 keyslot with cipher_null
+	// (--keyslot-cipher cipher_null-ecb fails): the attacker writes the
+	// JSON, whose checksum is unkeyed. Such a keyslot opens with any
+	// passphrase. Likewise a segment switched to cipher_null after the
+	// format stores new writes in the clear.
+	for name, c := range map[string]struct {
+		edit func(doc map[string]any)
+		says string
+	}{
+		"keyslot area": {func(d map[string]any) {
+			d["keyslots"].(map[string]any)["0"].(map[string]any)["area"].(map[string]any)["encryption"] = "cipher_null-ecb"
+		}, `keyslot 0 area encryption is "cipher_null-ecb"`},
+		"segment": {func(d map[string]any) {
+			d["segments"].(map[string]any)["0"].(map[string]any)["encryption"] = "cipher_null-ecb"
+		}, `segment 0 encryption is "cipher_null-ecb"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dev := filepath.Join(dir, "planted-"+name)
+			if err := os.WriteFile(dev, orig, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := lukstest.RewriteJSON(dev, c.edit); err != nil {
+				t.Fatal(err)
+			}
+			expectRefused(t, dev, c.says)
+		})
+	}
+
+	// A whole header of cryptsetup's own making with a null data cipher.
+	// cryptsetup tries the cipher through device-mapper, which a build
+	// machine or container may not have.
+	t.Run("luksFormat --cipher cipher_null-ecb", func(t *testing.T) {
+		dev := newFile("null")
+		format := exec.Command(tool, "luksFormat", "--type", "luks2", "--batch-mode", "--cipher", "cipher_null-ecb",
+			"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--key-file", "-", dev)
+		format.Stdin = strings.NewReader("any passphrase")
+		if out, err := format.CombinedOutput(); err != nil {
+			t.Skipf("cryptsetup cannot make a cipher_null header here (no device-mapper?): %v: %s", err, out)
+		}
+		expectRefused(t, dev, `"cipher_null-ecb"`)
+	})
 }

@@ -43,6 +43,16 @@ const minKeyBytes = 32
 // changed-block tracking translates by it) whatever cryptsetup's defaults.
 const DataOffset = 16 << 20
 
+// What Format writes, which Header.Check holds every header to: the
+// data's cipher and key, and the cheapest keyslot PBKDF (Format says why).
+const (
+	cipher        = "aes-xts-plain64"
+	keyBytes      = 64 // XTS: two AES-256 keys
+	kdf           = "pbkdf2"
+	kdfHash       = "sha256"
+	kdfIterations = 1000
+)
+
 // maxNameBytes is device-mapper's limit on a name (DM_NAME_LEN less its NUL).
 const maxNameBytes = 127
 
@@ -132,8 +142,8 @@ func (l *LUKS) Format(ctx context.Context, device string, key []byte) error {
 		return fmt.Errorf("checking %s for a LUKS header before formatting it: %w", device, err)
 	}
 	args := []string{"luksFormat", "--type", "luks2", "--batch-mode",
-		"--cipher", "aes-xts-plain64", "--key-size", "512",
-		"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000", "--hash", "sha256",
+		"--cipher", cipher, "--key-size", strconv.Itoa(keyBytes * 8),
+		"--pbkdf", kdf, "--pbkdf-force-iterations", strconv.Itoa(kdfIterations), "--hash", kdfHash,
 		"--offset", strconv.Itoa(DataOffset / 512), "--subsystem", subsystem, "--key-file", "-", device}
 	if _, err := l.run.RunInput(ctx, key, tool, args...); err != nil {
 		return fmt.Errorf("formatting %s as LUKS2: %w", device, err)

@@ -15,6 +15,8 @@ type status struct {
 	active  bool
 	backing string // "device:" line
 	mode    string // "mode:" line: "read/write" or "readonly", maybe " (suspended)"
+	// The live dm-crypt table, for CheckActive.
+	typ, cipher, keysize, offset, integrity string
 }
 
 func (s status) readOnly() bool { return strings.HasPrefix(s.mode, "readonly") }
@@ -58,9 +60,49 @@ func parseStatus(out string) status {
 			st.backing = strings.TrimSpace(v)
 		case "mode":
 			st.mode = strings.TrimSpace(v)
+		case "type":
+			st.typ = strings.TrimSpace(v)
+		case "cipher":
+			st.cipher = strings.TrimSpace(v)
+		case "keysize":
+			st.keysize = strings.TrimSpace(v)
+		case "offset":
+			st.offset = strings.TrimSpace(v)
+		case "integrity":
+			st.integrity = strings.TrimSpace(v)
 		}
 	}
 	return st
+}
+
+// CheckActive holds the open device name to what Format's header gives:
+// LUKS2, aes-xts-plain64 with a 512-bit key, the data at DataOffset, no
+// integrity. The header was checked before the open; this reads what the
+// kernel actually runs, in case the header changed in between. A mismatch
+// is ErrForeignHeader; the caller closes the device.
+func (l *LUKS) CheckActive(ctx context.Context, name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	st, err := l.status(ctx, name)
+	if err != nil {
+		return err
+	}
+	if !st.active {
+		return fmt.Errorf("%s is not open", name)
+	}
+	for _, f := range []struct{ what, got, want string }{
+		{"type", st.typ, "LUKS2"},
+		{"cipher", st.cipher, cipher},
+		{"keysize", st.keysize, fmt.Sprintf("%d bits", keyBytes*8)},
+		{"offset", st.offset, fmt.Sprintf("%d sectors", DataOffset/512)}, // always 512-byte sectors
+		{"integrity", st.integrity, ""},
+	} {
+		if f.got != f.want {
+			return fmt.Errorf("%w: the open device %s has %s %.40q, not %q", ErrForeignHeader, name, f.what, f.got, f.want)
+		}
+	}
+	return nil
 }
 
 // Active lists our open devices: the names in the mapper directory that

@@ -24,11 +24,13 @@ import (
 // time (state prepared -> formatted), and mounts or publishes the
 // dm-crypt device instead of the mapped one.
 
-// Crypt formats, opens and closes LUKS2 devices (internal/luks).
+// Crypt formats, checks, opens and closes LUKS2 devices (internal/luks).
 type Crypt interface {
 	Format(ctx context.Context, device string, key []byte) error
 	IsLUKS(ctx context.Context, device string) (bool, error)
+	Header(ctx context.Context, device string) (luks.Header, error)
 	Open(ctx context.Context, device, name string, key []byte, o luks.OpenOptions) (string, error)
+	CheckActive(ctx context.Context, name string) error
 	Close(ctx context.Context, name string) error
 	Resize(ctx context.Context, name string) error
 	Active(ctx context.Context) ([]luks.Mapping, error)
@@ -114,8 +116,10 @@ func kmsStatus(vol volid.Volume, kmsID string, err error) error {
 
 // openCrypt puts LUKS on the mapped device of rec, formatting it only in
 // state prepared and only when it holds no signature at all, and opens
-// it. The dm name is recorded before the device is opened, so that an
-// unstage after a crash knows to close it.
+// it. A header found on the device is opened only if it is one this
+// driver wrote (checkHeader), and the open device only kept if it runs
+// what that header says (checkOpened). The dm name is recorded before the
+// device is opened, so that an unstage after a crash knows to close it.
 func (n *Node) openCrypt(ctx context.Context, rec *record, key *volumeKey) error {
 	defer key.clear()
 	if n.crypt == nil {
@@ -125,10 +129,13 @@ func (n *Node) openCrypt(ctx context.Context, rec *record, key *volumeKey) error
 	if err != nil {
 		return fmt.Errorf("volume %s: %w", rec.VolumeID, err)
 	}
-	if !isLUKS {
-		if err := n.formatCrypt(ctx, rec, key); err != nil {
+	var mac kms.HeaderMAC
+	if isLUKS {
+		if mac, err = n.checkHeader(ctx, rec, key); err != nil {
 			return err
 		}
+	} else if err := n.formatCrypt(ctx, rec, key); err != nil {
+		return err
 	}
 	rec.Crypt = luks.Name(rec.VolumeID)
 	if err := n.store.save(rec); err != nil {
@@ -142,20 +149,29 @@ func (n *Node) openCrypt(ctx context.Context, rec *record, key *volumeKey) error
 		return fmt.Errorf("volume %s: %w", rec.VolumeID, err)
 	}
 	n.fault("NodeStage:cryptOpened")
-	if key.rec.State != kms.StateFormatted && !rec.Cap.readerOnly() {
-		// A header in state prepared: a crash came between the format and
-		// the record, or a clone inherited its parent's header.
-		return n.recordFormatted(ctx, key)
+	if err := n.checkOpened(ctx, rec); err != nil {
+		return err
+	}
+	if rec.Cap.readerOnly() {
+		return nil // a read-only stage writes nothing, the record included
+	}
+	if key.rec.State != kms.StateFormatted || key.rec.Header == "" {
+		// A header in state prepared (a crash came between the format and
+		// the record, or a clone inherited its parent's header), or one
+		// formatted before the binding: it passed checkHeader, and is
+		// bound now.
+		return n.recordFormatted(ctx, key, mac)
 	}
 	return nil
 }
 
 // formatCrypt writes the LUKS header on a device that holds nothing, in
 // state prepared only: a formatted volume without a header lost it, and
-// formatting again would destroy what is left.
+// formatting again would destroy what is left. A header MAC in the record
+// says the same (the MAC is written before the state).
 func (n *Node) formatCrypt(ctx context.Context, rec *record, key *volumeKey) error {
 	switch {
-	case key.rec.State == kms.StateFormatted:
+	case key.rec.State == kms.StateFormatted || key.rec.Header != "":
 		return status.Errorf(codes.FailedPrecondition, "volume %s is recorded as encrypted and formatted, but %s holds no LUKS header: refusing to format it again", rec.VolumeID, rec.Device)
 	case rec.Cap.readerOnly():
 		return status.Errorf(codes.FailedPrecondition, "volume %s was never formatted and its access mode %s is read-only: it will not be formatted", rec.VolumeID, rec.Cap.AccessMode)
@@ -172,15 +188,26 @@ func (n *Node) formatCrypt(ctx context.Context, rec *record, key *volumeKey) err
 		return fmt.Errorf("volume %s: %w", rec.VolumeID, err)
 	}
 	n.fault("NodeStage:luksFormatted")
-	return n.recordFormatted(ctx, key)
+	// The header is bound as read back and checked like any other: one
+	// that is not what Format should write is refused now, not at the
+	// next stage.
+	mac, err := n.checkHeader(ctx, rec, key)
+	if err != nil {
+		return err
+	}
+	return n.recordFormatted(ctx, key, mac)
 }
 
-// recordFormatted moves the volume's state to formatted.
-func (n *Node) recordFormatted(ctx context.Context, key *volumeKey) error {
-	if err := n.images.SetMetadata(ctx, key.pool, key.image, map[string]string{kms.MetaState: string(kms.StateFormatted)}); err != nil {
+// recordFormatted moves the volume's state to formatted and records the
+// header's MAC, in one SetMetadata. Keys are written in sorted order, the
+// MAC before the state: a crash between them leaves state prepared with a
+// MAC that verifies, which the next stage completes.
+func (n *Node) recordFormatted(ctx context.Context, key *volumeKey, mac kms.HeaderMAC) error {
+	kv := map[string]string{kms.MetaState: string(kms.StateFormatted), kms.MetaHeader: string(mac)}
+	if err := n.images.SetMetadata(ctx, key.pool, key.image, kv); err != nil {
 		return fmt.Errorf("recording that volume image %s is formatted: %w", key.image, err)
 	}
-	key.rec.State = kms.StateFormatted
+	key.rec.State, key.rec.Header = kms.StateFormatted, mac
 	return nil
 }
 

@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -24,9 +26,22 @@ import (
 type fakeCrypt struct {
 	mu      sync.Mutex
 	headers map[string][]byte // device -> the key its header opens with
-	open    map[string]string // name -> device
-	calls   []string
+	// jsons is a header's JSON metadata (device -> JSON); a header without
+	// one is what Format writes (goodHeader).
+	jsons     map[string][]byte
+	activeErr error             // what CheckActive says
+	open      map[string]string // name -> device
+	calls     []string
 }
+
+// goodHeader is the JSON metadata of a header luks.Format wrote.
+var goodHeader = func() []byte {
+	js, err := os.ReadFile("../luks/testdata/formatted.json")
+	if err != nil {
+		panic(err)
+	}
+	return js
+}()
 
 func (c *fakeCrypt) log(call string) { c.calls = append(c.calls, call) }
 
@@ -36,6 +51,27 @@ func (c *fakeCrypt) Format(_ context.Context, device string, key []byte) error {
 	c.log("format " + device)
 	c.headers[device] = bytes.Clone(key)
 	return nil
+}
+
+func (c *fakeCrypt) Header(_ context.Context, device string) (luks.Header, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.log("header " + device)
+	if _, ok := c.headers[device]; !ok {
+		return luks.Header{}, errors.New("not a LUKS device")
+	}
+	js, ok := c.jsons[device]
+	if !ok {
+		js = goodHeader
+	}
+	return luks.ParseHeader(js)
+}
+
+func (c *fakeCrypt) CheckActive(_ context.Context, name string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.log("check " + name)
+	return c.activeErr
 }
 
 func (c *fakeCrypt) IsLUKS(_ context.Context, device string) (bool, error) {
@@ -78,8 +114,9 @@ func (c *fakeCrypt) Active(context.Context) ([]luks.Mapping, error) {
 
 // fakeImages is one image's metadata.
 type fakeImages struct {
-	mu sync.Mutex
-	md map[string]string
+	mu    sync.Mutex
+	md    map[string]string
+	onSet func(kv map[string]string) // if set, sees every SetMetadata
 }
 
 func (f *fakeImages) Stat(context.Context, rbd.Pool, string) (rbd.ImageInfo, error) {
@@ -91,6 +128,9 @@ func (f *fakeImages) Stat(context.Context, rbd.Pool, string) (rbd.ImageInfo, err
 func (f *fakeImages) SetMetadata(_ context.Context, _ rbd.Pool, _ string, kv map[string]string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.onSet != nil {
+		f.onSet(kv)
+	}
 	maps.Copy(f.md, kv)
 	return nil
 }
@@ -107,7 +147,7 @@ type cryptFixture struct {
 // its DEK wrapped by KEK k1 of KMS tenant-a.
 func newCryptFixture(t *testing.T) *cryptFixture {
 	t.Helper()
-	f := &cryptFixture{fixture: newFixture(t), crypt: &fakeCrypt{headers: map[string][]byte{}, open: map[string]string{}}}
+	f := &cryptFixture{fixture: newFixture(t), crypt: &fakeCrypt{headers: map[string][]byte{}, jsons: map[string][]byte{}, open: map[string]string{}}}
 	kek := make([]byte, 32)
 	_, _ = rand.Read(kek)
 	f.kek = base64.StdEncoding.EncodeToString(kek)
