@@ -129,6 +129,13 @@ func newNode(f flags, clusters *cluster.Map, backend nodeBackend, kmsConfig kms.
 	if err != nil {
 		return nil, nil, fmt.Errorf("--key-dir: %w", err)
 	}
+	// Copies of LUKS2 headers, checked and then opened, live for a stage
+	// (16 MiB each: the keyslots area): on the node's disk, not in the
+	// small memory-backed key directory.
+	headerDir := filepath.Join(nf.stateDir, "luks-headers")
+	if err := luks.PrepareHeaderDir(headerDir); err != nil {
+		return nil, nil, fmt.Errorf("--state-dir: %w", err)
+	}
 	run := command.ExecRunner{Timeout: nf.mapTimeout}
 	mappers := map[string]mapper.Mapper{
 		mapper.KRBD: mapper.NewKRBD(mapper.CLIOptions{Runner: run, Keys: keys, CrushLocation: crush}),
@@ -156,7 +163,7 @@ func newNode(f flags, clusters *cluster.Map, backend nodeBackend, kmsConfig kms.
 		Fault:                   fault,
 		CgroupRoot:              nf.cgroupRoot,
 		AllowInsecureMapOptions: f.ctrl.AllowInsecureMapOptions,
-		Crypt:                   luks.New(luks.Options{Runner: run}),
+		Crypt:                   luks.New(luks.Options{Runner: run, HeaderDir: headerDir}),
 		Images:                  backend.images,
 		KMS:                     kmsConfig,
 		MkfsPrezeroed:           node.MkfsPrezeroed(context.Background(), command.ExecRunner{}),

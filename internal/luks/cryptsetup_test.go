@@ -1,6 +1,7 @@
 package luks
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -24,7 +25,7 @@ func TestCryptsetupFormatsAFile(t *testing.T) {
 	}
 	ctx := context.Background()
 	dir := t.TempDir()
-	l := New(Options{Runner: command.ExecRunner{}, MapperDir: filepath.Join(dir, "mapper")})
+	l := New(Options{Runner: command.ExecRunner{}, MapperDir: filepath.Join(dir, "mapper"), HeaderDir: dir})
 	dev, zeros := filepath.Join(dir, "volume"), filepath.Join(dir, "zeros")
 	for _, p := range []string{dev, zeros} {
 		if err := os.WriteFile(p, nil, 0o600); err != nil {
@@ -55,8 +56,36 @@ func TestCryptsetupFormatsAFile(t *testing.T) {
 	if err := h.Check(); err != nil {
 		t.Fatalf("the header Format wrote: %v", err)
 	}
-	if again, err := l.Header(ctx, dev); err != nil || again.Digest() != h.Digest() {
+	again, err := l.Header(ctx, dev)
+	if err != nil || again.Digest() != h.Digest() {
 		t.Fatalf("a second read of the header: %v, or another digest", err)
+	}
+	again.Remove()
+	// The copy the open would use is the device's header, byte for byte,
+	// and stays so whatever the device holds afterwards.
+	copied, err := os.ReadFile(h.File())
+	if err != nil {
+		t.Fatal(err)
+	}
+	device, err := os.ReadFile(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(copied) == 0 || len(copied) > DataOffset || !bytes.Equal(copied, device[:len(copied)]) {
+		t.Fatalf("the header copy (%d bytes) is not the start of the device", len(copied))
+	}
+	if err := os.WriteFile(dev, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if after, err := os.ReadFile(h.File()); err != nil || !bytes.Equal(after, copied) {
+		t.Fatalf("the copy changed with the device: %v", err)
+	}
+	h.Remove()
+	if _, err := os.Stat(h.File()); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Remove left the copy: %v", err)
+	}
+	if err := os.WriteFile(dev, device, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	if ok, err := l.IsLUKS(ctx, zeros); ok || err != nil {
 		t.Fatalf("IsLUKS(zeros) = %v, %v", ok, err)
@@ -118,7 +147,7 @@ func TestCryptsetupPlantedHeadersFailTheCheck(t *testing.T) {
 	}
 	ctx := context.Background()
 	dir := t.TempDir()
-	l := New(Options{Runner: command.ExecRunner{}})
+	l := New(Options{Runner: command.ExecRunner{}, HeaderDir: t.TempDir()})
 	newFile := func(name string) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, nil, 0o600); err != nil {
@@ -147,6 +176,7 @@ func TestCryptsetupPlantedHeadersFailTheCheck(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer h.Remove()
 		if err := h.Check(); !errors.Is(err, ErrForeignHeader) || !strings.Contains(err.Error(), says) {
 			t.Fatalf("Check of the planted header = %v, want ErrForeignHeader saying %s", err, says)
 		}

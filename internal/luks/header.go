@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 )
@@ -26,42 +28,106 @@ import (
 // it, that is not what Format writes.
 var ErrForeignHeader = errors.New("the LUKS2 header is not one this driver wrote")
 
-// Header is a LUKS2 header's JSON metadata, as cryptsetup reads it from a
-// device.
+// Header is a LUKS2 header's JSON metadata, as cryptsetup reads it, and
+// the copy of the header it was read from (File), if any.
 type Header struct {
 	doc map[string]any // numbers kept as json.Number, as written
+	dir string         // the copy's own directory; "" without a copy
 }
 
-// Header reads device's LUKS2 metadata (`cryptsetup luksDump
+// Header copies device's LUKS2 header (`cryptsetup luksHeaderBackup`: the
+// JSON areas and the keyslots area) into a directory of its own under
+// HeaderDir and reads the copy's metadata (`cryptsetup luksDump
 // --dump-json-metadata`, cryptsetup 2.4 and later). It needs no key and no
-// device-mapper.
+// device-mapper. Opening with the copy (OpenOptions.Header) uses what was
+// checked: a header swapped on the device between the check and the open
+// is never used. The caller removes the copy (Remove).
 func (l *LUKS) Header(ctx context.Context, device string) (Header, error) {
 	if err := checkDevice(device); err != nil {
 		return Header{}, err
 	}
-	out, err := l.run.Run(ctx, tool, "luksDump", "--dump-json-metadata", device)
+	dir, err := os.MkdirTemp(l.headerDir, headerCopyPrefix)
 	if err != nil {
+		return Header{}, fmt.Errorf("a directory for the LUKS2 header of %s: %w", device, err)
+	}
+	h := Header{dir: dir}
+	if _, err := l.run.Run(ctx, tool, "luksHeaderBackup", device, "--header-backup-file", h.File()); err != nil {
+		h.Remove()
+		return Header{}, fmt.Errorf("copying the LUKS2 header of %s: %w", device, err)
+	}
+	out, err := l.run.Run(ctx, tool, "luksDump", "--dump-json-metadata", h.File())
+	if err != nil {
+		h.Remove()
 		return Header{}, fmt.Errorf("reading the LUKS2 header of %s: %w", device, err)
 	}
-	h, err := ParseHeader(out)
-	if err != nil {
+	if h.doc, err = parseDoc(out); err != nil {
+		h.Remove()
 		return Header{}, fmt.Errorf("the LUKS2 header of %s: %w", device, err)
 	}
 	return h, nil
 }
 
+// headerCopyPrefix names the directories of header copies.
+const headerCopyPrefix = "header-"
+
+// File is the header copy Header made ("" for a parsed header).
+func (h Header) File() string {
+	if h.dir == "" {
+		return ""
+	}
+	return filepath.Join(h.dir, "header")
+}
+
+// Remove deletes the header copy, if there is one. A failure is logged
+// by no one: PrepareHeaderDir removes what is left at the next start.
+func (h Header) Remove() {
+	if h.dir != "" {
+		_ = os.RemoveAll(h.dir)
+	}
+}
+
+// PrepareHeaderDir makes dir, private, for the header copies of a node
+// plugin, and removes the copies a crash left there: at start no stage is
+// under way.
+func PrepareHeaderDir(dir string) error {
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("header directory %q is not an absolute path", dir)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return err
+	}
+	left, err := filepath.Glob(filepath.Join(dir, headerCopyPrefix+"*"))
+	if err != nil {
+		return err
+	}
+	for _, d := range left {
+		if err := os.RemoveAll(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ParseHeader reads the JSON cryptsetup dumps.
 func ParseHeader(js []byte) (Header, error) {
+	doc, err := parseDoc(js)
+	return Header{doc: doc}, err
+}
+
+func parseDoc(js []byte) (map[string]any, error) {
 	d := json.NewDecoder(bytes.NewReader(js))
 	d.UseNumber()
 	var doc map[string]any
 	if err := d.Decode(&doc); err != nil {
-		return Header{}, fmt.Errorf("cryptsetup's JSON metadata: %w", err)
+		return nil, fmt.Errorf("cryptsetup's JSON metadata: %w", err)
 	}
 	if doc == nil {
-		return Header{}, errors.New("cryptsetup's JSON metadata is not a JSON object")
+		return nil, errors.New("cryptsetup's JSON metadata is not a JSON object")
 	}
-	return Header{doc: doc}, nil
+	return doc, nil
 }
 
 // sections are the header's JSON objects (all of LUKS2's).

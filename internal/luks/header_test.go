@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -174,33 +176,6 @@ func TestParseHeaderRefusesNonObjects(t *testing.T) {
 	}
 }
 
-func TestHeaderRunsLuksDump(t *testing.T) {
-	js, err := os.ReadFile(filepath.Join("testdata", "formatted.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fake{reply: func([]string) ([]byte, error) { return js, nil }}
-	h, err := New(Options{Runner: f}).Header(context.Background(), "/dev/rbd0")
-	if err != nil || h.Check() != nil {
-		t.Fatalf("Header = %v, check %v", err, h.Check())
-	}
-	if got, want := f.argv(), []string{"cryptsetup luksDump --dump-json-metadata /dev/rbd0"}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("ran %q, want %q", got, want)
-	}
-	if f.calls[0].stdin != nil {
-		t.Error("luksDump was given stdin")
-	}
-
-	f = &fake{reply: func([]string) ([]byte, error) { return nil, failed(1, "Device /dev/rbd0 is not a valid LUKS device.") }}
-	if _, err := New(Options{Runner: f}).Header(context.Background(), "/dev/rbd0"); err == nil || !strings.Contains(err.Error(), "reading the LUKS2 header of /dev/rbd0") {
-		t.Fatalf("Header of a failed dump = %v", err)
-	}
-	f = &fake{}
-	if _, err := New(Options{Runner: f}).Header(context.Background(), "--help"); err == nil || len(f.calls) != 0 {
-		t.Fatalf("Header(--help) = %v after %q", err, f.argv())
-	}
-}
-
 func TestCheckActive(t *testing.T) {
 	name := Name("vol")
 	ok := string(activeOn(name, "/dev/rbd0", "read/write"))
@@ -232,5 +207,93 @@ func TestCheckActive(t *testing.T) {
 	}
 	if err := New(Options{Runner: &fake{}}).CheckActive(context.Background(), "other"); err == nil {
 		t.Error("CheckActive of a name not ours = nil")
+	}
+}
+
+// Header reads a copy of the device's header, in a directory of its own
+// under HeaderDir, and the open that follows can use that copy; Remove
+// deletes it, and PrepareHeaderDir what a crash left.
+func TestHeaderReadsACopy(t *testing.T) {
+	js, err := os.ReadFile(filepath.Join("testdata", "formatted.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var copied string
+	f := &fake{reply: func(args []string) ([]byte, error) {
+		switch args[0] {
+		case "luksHeaderBackup":
+			copied = args[3]
+			return nil, os.WriteFile(copied, []byte("a header"), 0o600)
+		case "luksDump":
+			if args[2] != copied {
+				return nil, fmt.Errorf("luksDump of %s, not of the copy %s", args[2], copied)
+			}
+			return js, nil
+		}
+		return nil, errors.New("unexpected call")
+	}}
+	h, err := New(Options{Runner: f, HeaderDir: dir}).Header(context.Background(), "/dev/rbd0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"cryptsetup luksHeaderBackup /dev/rbd0 --header-backup-file " + copied,
+		"cryptsetup luksDump --dump-json-metadata " + copied,
+	}
+	if got := f.argv(); !slices.Equal(got, want) {
+		t.Errorf("argv %q, want %q", got, want)
+	}
+	for _, c := range f.calls {
+		if c.stdin != nil {
+			t.Errorf("%s was given stdin", c.argv)
+		}
+	}
+	if h.File() != copied || filepath.Dir(filepath.Dir(copied)) != dir {
+		t.Errorf("the copy is %q, made at %q, not in a directory of its own under %s", h.File(), copied, dir)
+	}
+	if err := h.Check(); err != nil {
+		t.Errorf("the copy's metadata: %v", err)
+	}
+	h.Remove()
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("Remove left %v", left)
+	}
+
+	// A failed copy or dump leaves nothing either.
+	f.reply = func(args []string) ([]byte, error) {
+		return nil, failed(1, "Device /dev/rbd0 is not a valid LUKS device.")
+	}
+	if _, err := New(Options{Runner: f, HeaderDir: dir}).Header(context.Background(), "/dev/rbd0"); err == nil || !strings.Contains(err.Error(), "copying the LUKS2 header of /dev/rbd0") {
+		t.Errorf("a failed copy: %v", err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("a failed copy left %v", left)
+	}
+
+	f = &fake{}
+	if _, err := New(Options{Runner: f, HeaderDir: dir}).Header(context.Background(), "--help"); err == nil || len(f.calls) != 0 {
+		t.Errorf("Header(--help) = %v after %q", err, f.argv())
+	}
+
+	// A crash's leftovers go at the next start; other files stay.
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(dir, headerCopyPrefix+"123"), 0o700))
+	must(os.WriteFile(filepath.Join(dir, headerCopyPrefix+"123", "header"), nil, 0o600))
+	must(os.WriteFile(filepath.Join(dir, "other"), nil, 0o600))
+	must(PrepareHeaderDir(dir))
+	if left, _ := os.ReadDir(dir); len(left) != 1 || left[0].Name() != "other" {
+		t.Errorf("PrepareHeaderDir left %v", left)
+	}
+	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("the header directory: %v, %v", st.Mode(), err)
+	}
+	if err := PrepareHeaderDir("relative"); err == nil {
+		t.Error("a relative header directory was taken")
 	}
 }

@@ -79,6 +79,10 @@ type OpenOptions struct {
 	// AllowDiscards passes discards (fstrim) through to the backing
 	// device, which then shows which blocks are unused.
 	AllowDiscards bool
+	// Header opens with this copy of the header (Header.File) instead of
+	// the one on the device: the copy that was checked is the one used,
+	// whatever the device holds by then.
+	Header string
 }
 
 // Mapping is one open device of ours.
@@ -94,19 +98,26 @@ type Options struct {
 	// MapperDir is where open devices appear; empty means /dev/mapper.
 	// Tests point it elsewhere.
 	MapperDir string
+	// HeaderDir holds the header copies Header makes, for the length of a
+	// stage (PrepareHeaderDir); empty means os.TempDir().
+	HeaderDir string
 }
 
 // LUKS runs cryptsetup for the node.
 type LUKS struct {
 	run       command.InputRunner
 	mapperDir string
+	headerDir string
 }
 
 // New returns a LUKS.
 func New(o Options) *LUKS {
-	l := &LUKS{run: o.Runner, mapperDir: o.MapperDir}
+	l := &LUKS{run: o.Runner, mapperDir: o.MapperDir, headerDir: o.HeaderDir}
 	if l.run == nil {
 		l.run = command.ExecRunner{}
+	}
+	if l.headerDir == "" {
+		l.headerDir = os.TempDir()
 	}
 	if l.mapperDir == "" {
 		l.mapperDir = "/dev/mapper"
@@ -207,6 +218,12 @@ func (l *LUKS) Open(ctx context.Context, device, name string, key []byte, o Open
 	}
 	if o.AllowDiscards {
 		args = append(args, "--allow-discards")
+	}
+	if o.Header != "" {
+		if err := checkDevice(o.Header); err != nil {
+			return "", err
+		}
+		args = append(args, "--header", o.Header)
 	}
 	// --disable-keyring leaves the volume key in the dm table instead of
 	// the kernel keyring, so `cryptsetup resize` needs no key later. Only

@@ -224,6 +224,7 @@ func TestOpen(t *testing.T) {
 		{OpenOptions{ReadOnly: true}, "--readonly --disable-keyring"},
 		{OpenOptions{AllowDiscards: true}, "--allow-discards --disable-keyring"},
 		{OpenOptions{ReadOnly: true, AllowDiscards: true}, "--readonly --allow-discards --disable-keyring"},
+		{OpenOptions{Header: "/var/lib/rbdcsi/h/header"}, "--header /var/lib/rbdcsi/h/header --disable-keyring"},
 	} {
 		key := testKey()
 		f := &fake{reply: func(args []string) ([]byte, error) {

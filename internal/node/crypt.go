@@ -117,9 +117,10 @@ func kmsStatus(vol volid.Volume, kmsID string, err error) error {
 // openCrypt puts LUKS on the mapped device of rec, formatting it only in
 // state prepared and only when it holds no signature at all, and opens
 // it. A header found on the device is opened only if it is one this
-// driver wrote (checkHeader), and the open device only kept if it runs
-// what that header says (checkOpened). The dm name is recorded before the
-// device is opened, so that an unstage after a crash knows to close it.
+// driver wrote (checkHeader), from the copy that was checked, and the open
+// device only kept if it runs what that header says (checkOpened). The dm
+// name is recorded before the device is opened, so that an unstage after
+// a crash knows to close it.
 func (n *Node) openCrypt(ctx context.Context, rec *record, key *volumeKey) error {
 	defer key.clear()
 	if n.crypt == nil {
@@ -129,19 +130,21 @@ func (n *Node) openCrypt(ctx context.Context, rec *record, key *volumeKey) error
 	if err != nil {
 		return fmt.Errorf("volume %s: %w", rec.VolumeID, err)
 	}
-	var mac kms.HeaderMAC
+	var hdr checkedHeader
 	if isLUKS {
-		if mac, err = n.checkHeader(ctx, rec, key); err != nil {
-			return err
-		}
-	} else if err := n.formatCrypt(ctx, rec, key); err != nil {
+		hdr, err = n.checkHeader(ctx, rec, key)
+	} else {
+		hdr, err = n.formatCrypt(ctx, rec, key)
+	}
+	if err != nil {
 		return err
 	}
+	defer hdr.copy.Remove()
 	rec.Crypt = luks.Name(rec.VolumeID)
 	if err := n.store.save(rec); err != nil {
 		return err
 	}
-	opts := luks.OpenOptions{ReadOnly: rec.Cap.readerOnly(), AllowDiscards: key.discards}
+	opts := luks.OpenOptions{ReadOnly: rec.Cap.readerOnly(), AllowDiscards: key.discards, Header: hdr.copy.File()}
 	if _, err := n.crypt.Open(ctx, rec.Device, rec.Crypt, key.dek, opts); err != nil {
 		if errors.Is(err, luks.ErrWrongKey) {
 			return status.Errorf(codes.PermissionDenied, "volume %s (KMS %s): its data key does not open the LUKS header: the key record does not belong to this image", rec.VolumeID, key.rec.KMSID)
@@ -160,7 +163,7 @@ func (n *Node) openCrypt(ctx context.Context, rec *record, key *volumeKey) error
 		// the record, or a clone inherited its parent's header), or one
 		// formatted before the binding: it passed checkHeader, and is
 		// bound now.
-		return n.recordFormatted(ctx, key, mac)
+		return n.recordFormatted(ctx, key, hdr.mac)
 	}
 	return nil
 }
@@ -168,34 +171,39 @@ func (n *Node) openCrypt(ctx context.Context, rec *record, key *volumeKey) error
 // formatCrypt writes the LUKS header on a device that holds nothing, in
 // state prepared only: a formatted volume without a header lost it, and
 // formatting again would destroy what is left. A header MAC in the record
-// says the same (the MAC is written before the state).
-func (n *Node) formatCrypt(ctx context.Context, rec *record, key *volumeKey) error {
+// says the same (the MAC is written before the state). It returns the
+// new header, checked, to open.
+func (n *Node) formatCrypt(ctx context.Context, rec *record, key *volumeKey) (checkedHeader, error) {
 	switch {
 	case key.rec.State == kms.StateFormatted || key.rec.Header != "":
-		return status.Errorf(codes.FailedPrecondition, "volume %s is recorded as encrypted and formatted, but %s holds no LUKS header: refusing to format it again", rec.VolumeID, rec.Device)
+		return checkedHeader{}, status.Errorf(codes.FailedPrecondition, "volume %s is recorded as encrypted and formatted, but %s holds no LUKS header: refusing to format it again", rec.VolumeID, rec.Device)
 	case rec.Cap.readerOnly():
-		return status.Errorf(codes.FailedPrecondition, "volume %s was never formatted and its access mode %s is read-only: it will not be formatted", rec.VolumeID, rec.Cap.AccessMode)
+		return checkedHeader{}, status.Errorf(codes.FailedPrecondition, "volume %s was never formatted and its access mode %s is read-only: it will not be formatted", rec.VolumeID, rec.Cap.AccessMode)
 	}
 	format, err := n.diskFormat(ctx, rec.Device)
 	if err != nil {
-		return err
+		return checkedHeader{}, err
 	}
 	if format != "" {
-		return status.Errorf(codes.FailedPrecondition, "volume %s is to be encrypted, but %s holds %s: refusing to format it", rec.VolumeID, rec.Device, format)
+		return checkedHeader{}, status.Errorf(codes.FailedPrecondition, "volume %s is to be encrypted, but %s holds %s: refusing to format it", rec.VolumeID, rec.Device, format)
 	}
 	klog.InfoS("formatting empty volume with LUKS2", "volumeID", rec.VolumeID, "device", rec.Device)
 	if err := n.crypt.Format(ctx, rec.Device, key.dek); err != nil {
-		return fmt.Errorf("volume %s: %w", rec.VolumeID, err)
+		return checkedHeader{}, fmt.Errorf("volume %s: %w", rec.VolumeID, err)
 	}
 	n.fault("NodeStage:luksFormatted")
 	// The header is bound as read back and checked like any other: one
 	// that is not what Format should write is refused now, not at the
 	// next stage.
-	mac, err := n.checkHeader(ctx, rec, key)
+	hdr, err := n.checkHeader(ctx, rec, key)
 	if err != nil {
-		return err
+		return checkedHeader{}, err
 	}
-	return n.recordFormatted(ctx, key, mac)
+	if err := n.recordFormatted(ctx, key, hdr.mac); err != nil {
+		hdr.copy.Remove()
+		return checkedHeader{}, err
+	}
+	return hdr, nil
 }
 
 // recordFormatted moves the volume's state to formatted and records the

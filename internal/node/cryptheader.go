@@ -24,14 +24,31 @@ import (
 // the DEK was made by a holder of the DEK: its keyslot is encrypted under
 // a key derived from it.
 
-// checkHeader reads the LUKS2 header on the volume's device, before
-// anything opens it, and refuses one this driver did not write. It
-// returns the header's MAC under the volume's DEK, for the record.
-func (n *Node) checkHeader(ctx context.Context, rec *record, key *volumeKey) (kms.HeaderMAC, error) {
+// checkedHeader is a header that passed checkHeader: the copy of it that
+// the open uses (luks.Header.File), and its MAC under the volume's DEK.
+type checkedHeader struct {
+	copy luks.Header
+	mac  kms.HeaderMAC
+}
+
+// checkHeader copies the LUKS2 header on the volume's device, before
+// anything opens it, and refuses one this driver did not write. The
+// caller opens with the copy and removes it (copy.Remove).
+func (n *Node) checkHeader(ctx context.Context, rec *record, key *volumeKey) (checkedHeader, error) {
 	h, err := n.crypt.Header(ctx, rec.Device)
 	if err != nil {
-		return "", fmt.Errorf("volume %s: %w", rec.VolumeID, err)
+		return checkedHeader{}, fmt.Errorf("volume %s: %w", rec.VolumeID, err)
 	}
+	mac, err := bindHeader(rec, key, h)
+	if err != nil {
+		h.Remove()
+		return checkedHeader{}, err
+	}
+	return checkedHeader{copy: h, mac: mac}, nil
+}
+
+// bindHeader checks h and returns its MAC under the volume's DEK.
+func bindHeader(rec *record, key *volumeKey, h luks.Header) (kms.HeaderMAC, error) {
 	if err := h.Check(); err != nil {
 		return "", foreignHeader(rec, err)
 	}
@@ -47,8 +64,9 @@ func (n *Node) checkHeader(ctx context.Context, rec *record, key *volumeKey) (km
 }
 
 // checkOpened holds the open dm-crypt device to what a header of ours
-// gives (luks.CheckActive): the header was checked before the open, and
-// could have been changed in between. A device that runs anything else
+// gives (luks.CheckActive). The open used the checked copy of the header,
+// so this is a second line: a cryptsetup that read the device's header
+// after all, or a table changed since. A device that runs anything else
 // is closed at once, before anything mounts or publishes it.
 func (n *Node) checkOpened(ctx context.Context, rec *record) error {
 	err := n.crypt.CheckActive(ctx, rec.Crypt)
