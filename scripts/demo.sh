@@ -29,6 +29,7 @@ echo "== Starting the plugin (log: $work/plugin.log)"
 	--cluster-config "$CEPH_DIR/cluster-config.json" --controller-secret-dir "$work/secret" \
 	--node-registry "$CEPH_CLUSTER_ID/$CEPH_POOL" --node-secret-dir "$work/secret" \
 	--default-mounter fuse --state-dir "$work/state" \
+	--key-dir "$work/keys" --allow-key-dir-on-disk \
 	>"$work/plugin.log" 2>&1 &
 plugin_pid=$!
 plugin_log() { echo "== plugin log:"; cat "$work/plugin.log"; }

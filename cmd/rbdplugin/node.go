@@ -32,6 +32,7 @@ type nodeFlags struct {
 	cgroupRoot     string
 	stateDir       string
 	keyDir         string
+	keyDirOnDisk   bool
 	mapTimeout     time.Duration
 	fsTimeout      time.Duration
 }
@@ -41,7 +42,8 @@ func addNodeFlags(fs *flag.FlagSet) *nodeFlags {
 	fs.StringVar(&f.defaultMounter, "default-mounter", mapper.KRBD, "how to map a volume whose StorageClass sets no \"mounter\": "+strings.Join(config.Mounters(), ", "))
 	fs.Int64Var(&f.maxVolumes, "max-volumes-per-node", 0, "volumes this node can have attached, reported in NodeGetInfo and, through the node registry, enforced by ControllerPublish (0: no limit)")
 	fs.StringVar(&f.stateDir, "state-dir", "/var/lib/rbdcsi/node", "node state (per-volume records, rbd-fuse directories); must survive plugin restarts")
-	fs.StringVar(&f.keyDir, "key-dir", "", "where a map writes the user's key for the Ceph tools, for the length of the call; mount a memory-backed directory here so no key ever reaches a disk. Empty: <state-dir>/keys")
+	fs.StringVar(&f.keyDir, "key-dir", "/run/rbdcsi/keys", "where a map writes the user's key for the Ceph tools, for the length of the call; it must be memory-backed (tmpfs), so that no key ever reaches a disk")
+	fs.BoolVar(&f.keyDirOnDisk, "allow-key-dir-on-disk", false, "let --key-dir be on a filesystem that is not memory-backed; refused otherwise")
 	fs.DurationVar(&f.mapTimeout, "map-timeout", 60*time.Second, "bound on one map, unmap or losetup command")
 	fs.DurationVar(&f.fsTimeout, "fs-timeout", 10*time.Minute, "bound on one mkfs, resize2fs or xfs_growfs")
 	fs.StringVar(&f.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "the cgroup v2 hierarchy holding the pods' cgroups, where krbd volumes get their QoS limits (io.max); empty: krbd volumes get none")
@@ -119,15 +121,17 @@ func newNode(f flags, clusters *cluster.Map, backend nodeBackend, kmsConfig kms.
 		return nil, nil, fmt.Errorf("--state-dir: %w", err)
 	}
 	keyDir := nf.keyDir
-	if keyDir == "" {
-		keyDir = filepath.Join(nf.stateDir, "keys")
-	}
 	if !filepath.IsAbs(keyDir) {
 		return nil, nil, fmt.Errorf("--key-dir %q must be absolute", keyDir)
 	}
 	keys, err := mapper.PrepareKeyDir(keyDir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--key-dir: %w", err)
+	}
+	if !nf.keyDirOnDisk {
+		if err := mapper.CheckKeyDirInMemory(keyDir); err != nil {
+			return nil, nil, fmt.Errorf("--key-dir: %w, or pass --allow-key-dir-on-disk", err)
+		}
 	}
 	// Copies of LUKS2 headers, checked and then opened, live for a stage
 	// (16 MiB each: the keyslots area): on the node's disk, not in the

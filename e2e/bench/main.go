@@ -312,7 +312,8 @@ func (b *bench) scenarios(ctx context.Context) error {
 	}
 	if sc["P3"] || sc["P7"] {
 		np, err := b.startPlugin("node", "--mode", "all", "--nodeid", "bench", "--default-mounter", "fuse",
-			"--state-dir", filepath.Join(b.work, "state"), "--v", "2")
+			"--state-dir", filepath.Join(b.work, "state"), "--v", "2",
+			"--key-dir", filepath.Join(b.work, "keys"), "--allow-key-dir-on-disk")
 		if err != nil {
 			return err
 		}

@@ -174,7 +174,7 @@ func StartPlugin(t testing.TB, c Cluster, args ...string) *Plugin {
 		t.Fatal(err)
 	}
 	p := &Plugin{Socket: filepath.Join(dir, "csi.sock"), t: t, logs: &lockedBuffer{}}
-	p.args = pluginArgs(c, "unix://"+p.Socket, args)
+	p.args = pluginArgs(c, "unix://"+p.Socket, append(keyDirArgs(args, filepath.Join(dir, "keys")), args...))
 	started := time.Now()
 	p.Start()
 	if os.Getenv("RBDCSI_E2E_TIMING") != "" {
@@ -200,6 +200,27 @@ func pluginArgs(c Cluster, endpoint string, args []string) []string {
 		a = append(a, "--instance-id", c.Instance)
 	}
 	return a
+}
+
+// keyDirArgs give a node plugin a key directory of its own (in its
+// --state-dir, else fallback), unless args name one: the plugins of
+// parallel tests must not share one, which each sweeps at start. These
+// machines have no tmpfs to spare for it, so the tests allow a key
+// directory on disk; the shipped manifests mount one in memory (e2e/manifests
+// checks that).
+func keyDirArgs(args []string, fallback string) []string {
+	dir := fallback
+	for i, a := range args {
+		switch {
+		case a == "--key-dir" || strings.HasPrefix(a, "--key-dir="):
+			return []string{"--allow-key-dir-on-disk"}
+		case a == "--state-dir" && i+1 < len(args):
+			dir = filepath.Join(args[i+1], "keys")
+		case strings.HasPrefix(a, "--state-dir="):
+			dir = filepath.Join(strings.TrimPrefix(a, "--state-dir="), "keys")
+		}
+	}
+	return []string{"--key-dir", dir, "--allow-key-dir-on-disk"}
 }
 
 // dial connects to a plugin that serves at target and started at started.

@@ -31,7 +31,9 @@ func StartRemotePlugin(t testing.TB, c Cluster, a Agent, addr, log string, args 
 	t.Helper()
 	p := &RemotePlugin{agent: a, addr: addr, log: log, t: t, started: time.Now()}
 	// The guests talk over their own network: the endpoint is off loopback.
-	argv := append([]string{Binary(t)}, pluginArgs(c, "tcp://"+addr, append([]string{"--allow-remote-endpoint"}, args...))...)
+	// The key directory is the guest's: in the --state-dir args name.
+	own := append([]string{"--allow-remote-endpoint"}, keyDirArgs(args, "/run/rbdcsi/keys")...)
+	argv := append([]string{Binary(t)}, pluginArgs(c, "tcp://"+addr, append(own, args...))...)
 	Must(t, a.Start(argv, log), "starting the plugin on %s", a.Addr)
 	t.Cleanup(func() {
 		if p.Conn != nil {

@@ -108,7 +108,8 @@ func MustRun(t testing.TB, m Machine, stdin []byte, timeout time.Duration, argv 
 // test that runs it with Run to see it refuse to start.
 func PluginArgv(t testing.TB, c Cluster, args ...string) []string {
 	t.Helper()
-	return append([]string{Binary(t)}, pluginArgs(c, "unix://"+filepath.Join(t.TempDir(), "csi.sock"), args)...)
+	dir := t.TempDir()
+	return append([]string{Binary(t)}, pluginArgs(c, "unix://"+filepath.Join(dir, "csi.sock"), append(keyDirArgs(args, filepath.Join(dir, "keys")), args...))...)
 }
 
 // childEnv is this process's environment without the CEPH_ variables,

@@ -174,6 +174,7 @@ func startFakeNode(t *testing.T, k *kube) {
 	cmd := exec.CommandContext(ctx, k.e.rbdplugin, "--mode=node", "--nodeid="+fakeNode,
 		"--endpoint=unix://"+filepath.Join(dir, "csi.sock"), "--cluster-config="+k.e.clusterConfig,
 		"--state-dir="+filepath.Join(dir, "state"), "--default-mounter=fuse",
+		"--key-dir="+filepath.Join(dir, "keys"), "--allow-key-dir-on-disk",
 		"--node-registry=ceph1/rbd", "--node-secret-dir="+secret, "--v=2")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }

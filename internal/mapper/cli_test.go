@@ -404,3 +404,17 @@ func TestReadAffinity(t *testing.T) {
 		t.Errorf("no crush location, yet %q", got)
 	}
 }
+
+// A key directory must be memory-backed: /dev/shm (tmpfs) is, /proc and a
+// directory that is not there are refused, naming why.
+func TestCheckKeyDirInMemory(t *testing.T) {
+	if err := CheckKeyDirInMemory("/dev/shm"); err != nil {
+		t.Errorf("/dev/shm: %v", err)
+	}
+	if err := CheckKeyDirInMemory("/proc"); err == nil || !strings.Contains(err.Error(), "not in memory") {
+		t.Errorf("/proc: %v", err)
+	}
+	if err := CheckKeyDirInMemory("/nonexistent/keys"); err == nil {
+		t.Error("a missing directory passed")
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // redact replaces the secret in an error message. Ceph tools echo a key
@@ -76,4 +78,25 @@ func (d KeyDir) write(content string) (string, func(), error) {
 // keyring is the keyring file format, for tools that take --keyring.
 func keyring(id, key string) string {
 	return fmt.Sprintf("[client.%s]\n\tkey = %s\n", id, key)
+}
+
+// Filesystem magic numbers (statfs f_type) of memory-backed filesystems:
+// tmpfs (what an emptyDir with medium Memory is) and ramfs.
+const (
+	tmpfsMagic = 0x01021994
+	ramfsMagic = 0x858458f6
+)
+
+// CheckKeyDirInMemory refuses a key directory that is not on a
+// memory-backed filesystem: a key file lives only for a call, but a crash
+// or a page written back in between would leave a Ceph key on a disk.
+func CheckKeyDirInMemory(dir string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("key directory %s: %w", dir, err)
+	}
+	if t := uint32(st.Type); t != tmpfsMagic && t != ramfsMagic {
+		return fmt.Errorf("key directory %s is on a filesystem of type %#x, not in memory (tmpfs): key files could reach a disk; mount a tmpfs there (the shipped DaemonSet mounts an emptyDir with medium Memory)", dir, t)
+	}
+	return nil
 }
