@@ -10,13 +10,14 @@ GO_SOURCES := $(shell find cmd internal -name '*.go' 2>/dev/null) go.mod go.sum
 
 # Debian packages: Ceph daemons for the local test cluster, librbd/librados
 # headers and a C toolchain for go-ceph, the node's mapping, encryption
-# (cryptsetup) and filesystem tools, shellcheck for `make lint`, CA
-# certificates for the Go module proxy.
+# (cryptsetup) and filesystem tools, PyKMIP's server for the KMIP KMS's
+# tests, shellcheck for `make lint`, CA certificates for the Go module proxy.
 # scripts/programs.txt lists every program the project runs and the package
 # it comes from; `make lint` checks the two against each other, `make fresh`
 # proves the list on a machine with nothing installed.
 DEB_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-base ceph-common librbd-dev librados-dev rbd-fuse rbd-nbd \
-	cryptsetup-bin e2fsprogs xfsprogs util-linux fuse3 kmod gcc libc6-dev pkg-config iproute2 procps uuid-runtime shellcheck ca-certificates
+	cryptsetup-bin e2fsprogs xfsprogs util-linux fuse3 kmod gcc libc6-dev pkg-config iproute2 procps uuid-runtime python3-pykmip \
+	shellcheck ca-certificates
 
 .PHONY: all deps build test unit fuzz integration instances lint demo clean fresh helm-test
 all: build

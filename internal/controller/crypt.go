@@ -137,6 +137,8 @@ func (c *Controller) childVolumeKey(ctx context.Context, parentPool rbd.Pool, pa
 	dek, err := from.Unwrap(ctx, parent.DEK, binding(parent.KMSID, parentPool, c.names.OriginalImage(parentVol)))
 	if err != nil {
 		switch {
+		case errors.Is(err, kms.ErrUnavailable):
+			return nil, status.Errorf(codes.Unavailable, "%s: unwrapping its data key: %v", what, err)
 		case errors.Is(err, kms.ErrMissingKEK):
 			return nil, status.Errorf(codes.FailedPrecondition, "%s is encrypted with KMS %s, whose key encryption keys must be in %s as well as those of the new volume's KMS %s: %v",
 				what, parent.KMSID, provisionerSecretHint, enc.KMSID, err)
@@ -185,8 +187,12 @@ func (c *Controller) openKMS(id string, secrets map[string]string, classKMS bool
 	}
 }
 
-// wrapStatus answers a failed wrap for the new volume name.
+// wrapStatus answers a failed wrap for the new volume name: a KMS that
+// cannot be reached now is Unavailable, which the provisioner retries.
 func wrapStatus(name, kmsID string, err error) error {
+	if errors.Is(err, kms.ErrUnavailable) {
+		return status.Errorf(codes.Unavailable, "volume %s: wrapping its data key: %v", name, err)
+	}
 	if errors.Is(err, kms.ErrMissingKEK) {
 		return status.Errorf(codes.FailedPrecondition, "volume %s: %v; the key encryption keys of KMS %s must be in %s",
 			name, err, kmsID, provisionerSecretHint)

@@ -25,23 +25,60 @@ import (
 // and <keyPrefix>Current naming the KEK new wraps use (needed only while
 // there are several). Rotating: add the new KEK and point Current at it;
 // the controller re-wraps every DEK; remove the old one after.
+//
+// Type "kmip": the KEKs stay in a KMIP server, which wraps and unwraps
+// DEKs itself (kmip.go):
+//
+//	{"tenant-b": {"type": "kmip", "endpoint": "kms.example:5696", "keyID": "42"}}
+//
+// keyID names the KEK new wraps use; the client's certificate, key and the
+// server's CA come from the call's Secrets, as KEKs of type secret do.
 
 // ErrUnknownKMS: the StorageClass names a KMS ID the configuration lacks.
 var ErrUnknownKMS = errors.New("unknown KMS ID")
 
-// ErrMissingKEK: the secrets lack a KEK the call needs.
+// ErrMissingKEK: the secrets, or the KMS, lack a KEK the call needs.
 var ErrMissingKEK = errors.New("key encryption key not available")
 
+// ErrUnavailable: the KMS could not be reached or did not answer in time;
+// the call may succeed later. Callers answer Unavailable.
+var ErrUnavailable = errors.New("the KMS is unavailable")
+
 // KMS types the configuration may name.
-const TypeSecret = "secret"
+const (
+	TypeSecret = "secret"
+	TypeKMIP   = "kmip"
+)
+
+// knownFields are the fields an entry of type typ may have (nil: an
+// unknown type).
+func knownFields(typ string) []string {
+	switch typ {
+	case TypeSecret:
+		return []string{"type", "keyPrefix"}
+	case TypeKMIP:
+		return []string{"type", "endpoint", "keyID", "tlsServerName", "secretPrefix"}
+	}
+	return nil
+}
 
 // DefaultKeyPrefix names the KEKs in a Secret when the entry says nothing.
 const DefaultKeyPrefix = "encryptionKEK"
 
-// Entry is one KMS of the configuration.
+// Entry is one KMS of the configuration; which fields apply depends on
+// its type (knownFields).
 type Entry struct {
-	Type      string `json:"type"`
+	Type string `json:"type"`
+	// KeyPrefix (type secret) names the KEKs in the Secrets.
 	KeyPrefix string `json:"keyPrefix,omitempty"`
+	// Type kmip: the server's host:port, the unique identifier of the
+	// KEK new wraps use, the name the server's certificate carries if
+	// not the endpoint's host, and the prefix of the Secrets' keys that
+	// hold the client's credentials (DefaultSecretPrefix).
+	Endpoint      string `json:"endpoint,omitempty"`
+	KeyID         string `json:"keyID,omitempty"`
+	TLSServerName string `json:"tlsServerName,omitempty"`
+	SecretPrefix  string `json:"secretPrefix,omitempty"`
 }
 
 // Config maps KMS IDs to their entries.
@@ -57,9 +94,14 @@ func ParseConfig(data []byte) (Config, error) {
 		return nil, fmt.Errorf("KMS configuration: %w", err)
 	}
 	for id, fields := range raw {
+		var typ string
+		if err := json.Unmarshal(fields["type"], &typ); err != nil || knownFields(typ) == nil {
+			return nil, fmt.Errorf("KMS configuration: %.70s: type %.30s; this driver knows %q and %q", id, fields["type"], TypeSecret, TypeKMIP)
+		}
+		known := knownFields(typ)
 		for f := range fields {
-			if f != "type" && f != "keyPrefix" {
-				return nil, fmt.Errorf("KMS configuration: %.70s: unknown field %.40q (known: type, keyPrefix)", id, f)
+			if !slices.Contains(known, f) {
+				return nil, fmt.Errorf("KMS configuration: %.70s: unknown field %.40q for type %s (known: %s)", id, f, typ, strings.Join(known, ", "))
 			}
 		}
 	}
@@ -78,8 +120,10 @@ func ParseConfig(data []byte) (Config, error) {
 			if e.KeyPrefix != "" && !kekIDPattern.MatchString(e.KeyPrefix) {
 				return nil, fmt.Errorf("KMS configuration: %s: keyPrefix %.70q: want letters, digits, '_' or '-'", id, e.KeyPrefix)
 			}
-		default:
-			return nil, fmt.Errorf("KMS configuration: %s: type %.30q; this driver knows %q", id, e.Type, TypeSecret)
+		case TypeKMIP:
+			if err := checkKMIPEntry(e); err != nil {
+				return nil, fmt.Errorf("KMS configuration: %s: %w", id, err)
+			}
 		}
 	}
 	return c, nil
@@ -96,13 +140,18 @@ type Keys interface {
 	Unwrap(ctx context.Context, w Wrapped, b Binding) ([]byte, error)
 }
 
-// Open returns the keys of KMS id, from the call's secrets for type secret.
-// Errors name the KMS and the keys, never key material.
+// Open returns the keys of KMS id: from the call's secrets for type
+// secret; for type kmip, a client of its server, with the credentials in
+// the secrets (it connects to nothing yet). Errors name the KMS and the
+// keys, never key material.
 func (c Config) Open(id string, secrets map[string]string) (Keys, error) {
 	if err := c.Known(id); err != nil {
 		return nil, err
 	}
 	e := c[id]
+	if e.Type == TypeKMIP {
+		return openKMIPKeys(id, e, secrets)
+	}
 	prefix := e.KeyPrefix
 	if prefix == "" {
 		prefix = DefaultKeyPrefix
@@ -189,6 +238,9 @@ func (s *secretKeys) Unwrap(_ context.Context, w Wrapped, b Binding) ([]byte, er
 		return nil, err
 	}
 	id := w.KEKID()
+	if strings.HasPrefix(string(w), kmipVersion+".") {
+		return nil, fmt.Errorf("KMS %s: %w: the data key is wrapped by key %.70q of a KMIP server, and KMS %s is of type secret (was its type changed?)", s.kms, ErrMissingKEK, id, s.kms)
+	}
 	kek, ok := s.keks[id]
 	if !ok {
 		have := slices.Sorted(maps.Keys(s.keks))

@@ -33,10 +33,13 @@ const MinKEKSize = 32
 
 // wrapVersion starts every wrapped DEK Wrap makes. legacyVersion is the
 // unbound wrap of earlier releases: Unwrap still opens it, and the KEK
-// rotation replaces it with a bound one. Unwrap refuses any other version.
+// rotation replaces it with a bound one. kmipVersion is a DEK wrapped by
+// a KMIP server (kmip.go), which only that KMS opens. Unwrap refuses any
+// other version.
 const (
 	wrapVersion   = "v2"
 	legacyVersion = "v1"
+	kmipVersion   = "k1"
 )
 
 // saltSize and the HKDF info string make each wrap's key unique to it.
@@ -71,15 +74,16 @@ func NewDEK() ([]byte, error) {
 }
 
 // Wrapped is a DEK as stored: v2.<kekID>.<salt>.<nonce>.<sealed>, the last
-// three base64url without padding. The version, the KEK ID and the Binding
-// are sealed with the DEK as additional data: none can be swapped
-// unnoticed, and the binding is not stored, only checked.
+// three base64url without padding, or k1.<kekID>.<nonce>.<ciphertext>.<tag>
+// for a KMIP server's wrap. The version, the KEK ID and the Binding are
+// sealed with the DEK as additional data: none can be swapped unnoticed,
+// and the binding is not stored, only checked.
 type Wrapped string
 
 // KEKID is the ID of the KEK that wrapped w, or "" if w is malformed.
 func (w Wrapped) KEKID() string {
 	parts := strings.Split(string(w), ".")
-	if len(parts) != 5 || (parts[0] != wrapVersion && parts[0] != legacyVersion) {
+	if len(parts) != 5 || (parts[0] != wrapVersion && parts[0] != legacyVersion && parts[0] != kmipVersion) {
 		return ""
 	}
 	return parts[1]
@@ -87,7 +91,9 @@ func (w Wrapped) KEKID() string {
 
 // Bound tells a wrap bound to its image from a legacy one, which the KEK
 // rotation re-wraps even under the current KEK.
-func (w Wrapped) Bound() bool { return strings.HasPrefix(string(w), wrapVersion+".") }
+func (w Wrapped) Bound() bool {
+	return strings.HasPrefix(string(w), wrapVersion+".") || strings.HasPrefix(string(w), kmipVersion+".")
+}
 
 // Binding is what a DEK belongs to: its KMS and the image the volume was
 // created as, by pool, RADOS namespace and name. The node stages a volume
@@ -150,6 +156,9 @@ func Unwrap(w Wrapped, kek []byte, b Binding) ([]byte, error) {
 	if len(parts) != 5 {
 		return nil, errors.New("malformed wrapped data key")
 	}
+	if parts[0] == kmipVersion {
+		return nil, fmt.Errorf("%w: the data key is wrapped by key %.70q of a KMIP server, which only a KMS of type kmip unwraps", ErrMissingKEK, parts[1])
+	}
 	if parts[0] != wrapVersion && parts[0] != legacyVersion {
 		return nil, fmt.Errorf("wrapped data key of version %.10q; this driver reads %s and %s", parts[0], wrapVersion, legacyVersion)
 	}
@@ -207,7 +216,7 @@ func sealer(kek, salt []byte) (cipher.AEAD, error) {
 }
 
 // additional is the data sealed with a DEK: the version and KEK ID, and
-// for v2 the binding, each field length-prefixed so that no two bindings
+// for v2 and k1 the binding, each field length-prefixed so that no two bindings
 // read alike ("a/b" in pool "p" and "b" in pool "p/a" differ).
 func additional(version, kekID string, b Binding) []byte {
 	ad := []byte(version + "." + kekID)

@@ -104,12 +104,16 @@ func (n *Node) unlock(ctx context.Context, vol volid.Volume, cl cluster.Cluster,
 }
 
 // kmsStatus answers a KEK that is missing (FailedPrecondition: the secret
-// lacks it) or wrong (PermissionDenied). Messages name the KMS and the
-// secret's keys, never key material.
+// lacks it), wrong (PermissionDenied) or out of reach (Unavailable: a KMS
+// that does not answer). Messages name the KMS and the secret's keys,
+// never key material.
 func kmsStatus(vol volid.Volume, kmsID string, err error) error {
 	code := codes.FailedPrecondition
-	if errors.Is(err, kms.ErrWrongKEK) {
+	switch {
+	case errors.Is(err, kms.ErrWrongKEK):
 		code = codes.PermissionDenied
+	case errors.Is(err, kms.ErrUnavailable):
+		code = codes.Unavailable // the KMS is down: kubelet retries
 	}
 	return status.Errorf(code, "volume %s (KMS %s): %v (the node-stage secret holds the KEKs)", vol, kmsID, err)
 }

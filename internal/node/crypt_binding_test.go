@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/base64"
+	"net"
 	"strings"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/rbdcsi/rbdcsi/internal/kms"
+	"github.com/rbdcsi/rbdcsi/internal/kms/kmip/kmiptest"
 )
 
 // cryptBinding is the image of volID, which the fixture's DEK is bound to.
@@ -52,5 +54,31 @@ func TestEncryptedStageRefusesAKeyRecordOfAnotherImage(t *testing.T) {
 				t.Errorf("a refused stage mapped %v or ran %v", f.m.maps, f.crypt.calls)
 			}
 		})
+	}
+}
+
+// A KMS that cannot be reached is Unavailable (kubelet retries the stage),
+// never a volume staged without its key.
+func TestEncryptedStageWithTheKMSDownIsUnavailable(t *testing.T) {
+	f := newCryptFixture(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := l.Addr().String()
+	l.Close() // nothing listens there now
+	f.n.kms = kms.Config{"tenant-a": {Type: kms.TypeKMIP, Endpoint: down, KeyID: "1"}}
+	pki := kmiptest.NewPKI(t)
+	cert, key := pki.Client(t, "node")
+	b64 := base64.RawURLEncoding.EncodeToString
+	f.images.md[kms.MetaDEK] = strings.Join([]string{"k1", "1", b64(make([]byte, 12)), b64(make([]byte, 32)), b64(make([]byte, 16))}, ".")
+	req := f.stageReq(fsCap(rwo))
+	req.Secrets["kmipCA"], req.Secrets["kmipClientCert"], req.Secrets["kmipClientKey"] = string(pki.CA), string(cert), string(key)
+	_, err = f.n.NodeStageVolume(context.Background(), req)
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("stage with the KMS down: %v, want Unavailable", err)
+	}
+	if strings.Contains(err.Error(), "PRIVATE KEY") || len(f.m.maps) != 0 || len(f.crypt.calls) != 0 {
+		t.Errorf("a stage without its key mapped %v or ran %v, or showed the client key: %v", f.m.maps, f.crypt.calls, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -130,11 +131,14 @@ func stringLit(e ast.Expr) (string, bool) {
 	return s, err == nil
 }
 
+// partOf tells where the file rel belongs. A package named <x>test (as
+// rbdtest, kmiptest) is a test helper: only tests import it.
 func partOf(rel string) string {
 	switch {
 	case strings.HasPrefix(rel, "scripts/"):
 		return partScripts
-	case strings.HasSuffix(rel, "_test.go") || strings.HasPrefix(rel, "e2e/"):
+	case strings.HasSuffix(rel, "_test.go") || strings.HasPrefix(rel, "e2e/"),
+		strings.HasSuffix(path.Dir(rel), "test"):
 		return partTests
 	}
 	return partPlugin

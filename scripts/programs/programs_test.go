@@ -301,3 +301,21 @@ func TestPackageLists(t *testing.T) {
 		}
 	}
 }
+
+// Test helper packages (<x>test) are test code, like _test.go files: what
+// they run is no program of the plugin's.
+func TestPartOf(t *testing.T) {
+	for rel, want := range map[string]string{
+		"internal/kms/kmip/kmiptest/server.go": partTests,
+		"internal/rbd/rbdtest/images.go":       partTests,
+		"internal/luks/cryptsetup_test.go":     partTests,
+		"e2e/node/node.go":                     partTests,
+		"internal/luks/luks.go":                partPlugin,
+		"internal/kms/kmip/client.go":          partPlugin,
+		"scripts/programs/main.go":             partScripts,
+	} {
+		if got := partOf(rel); got != want {
+			t.Errorf("partOf(%s) = %s, want %s", rel, got, want)
+		}
+	}
+}

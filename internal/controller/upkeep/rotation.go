@@ -17,7 +17,9 @@ import (
 )
 
 // KEK rotation, with no node involved. An admin rotates a KMS's KEK by
-// adding the new KEK to the Secret and pointing <prefix>Current at it. A
+// adding the new KEK to the Secret and pointing <prefix>Current at it (for
+// a KMIP KMS: by creating a key in the KMIP server and naming it keyID in
+// the KMS configuration, which the controller reads at start). A
 // pass over every pool the controller's credentials read then re-wraps,
 // with the KEKs of the controller's own Secret (Options.KMSSecrets), each
 // DEK wrapped by another KEK than its KMS's current one, or by an older
@@ -181,6 +183,12 @@ func (p *rotationPass) image(ctx context.Context, pool rbd.Pool, name string, hi
 	}
 	if err != nil {
 		p.failed(pool, name, key.KMSID, err)
+		if errors.Is(err, kms.ErrUnavailable) {
+			// Each of the KMS's other volumes would wait for it as
+			// well: they are left for the next pass.
+			delete(p.keys, key.KMSID)
+			p.kmsErrs[key.KMSID] = fmt.Errorf("%w; its volumes are left for the next pass", err)
+		}
 		return nil
 	}
 	klog.V(2).InfoS("re-wrapped the data key of an encrypted volume", "pool", pool.Name, "image", name, "kms", key.KMSID, "from", key.DEK.KEKID(), "to", keys.Current())
