@@ -46,10 +46,12 @@ source "$HERE/lib.sh"
 # Packages this script needs on the host.
 readonly ROOTFS_PACKAGES=(debootstrap)
 # The test layer over a suite's runtime root: the Ceph daemons of
-# scripts/ceph-cluster.sh and the tools it runs, and librbd/librados headers
-# with a C toolchain for go-ceph (Go itself is bound in from the host).
+# scripts/ceph-cluster.sh and the tools it runs, librbd/librados headers
+# with a C toolchain for go-ceph (Go itself is bound in from the host), and
+# PyKMIP's server, which the kernel-test guests' node suite runs
+# (TestEncryptedWithKMIP, through internal/kms/kmip/kmiptest).
 readonly DEV_PACKAGES=(ceph-mon ceph-osd ceph-mgr ceph-base librbd-dev librados-dev gcc libc6-dev pkg-config
-	iproute2 procps uuid-runtime)
+	iproute2 procps uuid-runtime python3-pykmip)
 # apt's options for a mirror that serves a snapshot of the archive, whose
 # Release files are past their Valid-Until date (as on this machine).
 # Retries: a mirror or resolver sometimes fails one fetch and answers the next.

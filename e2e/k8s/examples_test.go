@@ -155,7 +155,7 @@ func exampleEncrypted(t *testing.T, x *exampleRun) {
 	meta := func(key string) string {
 		return strings.TrimSpace(ceph(t, x.k.e, "rbd", "image-meta", "get", pool+"/"+img, key))
 	}
-	if kms, dek := meta("rbdcsi.crypt.kms"), meta("rbdcsi.crypt.dek"); kms != "secret" || !strings.HasPrefix(dek, "v1.k1.") {
+	if kms, dek := meta("rbdcsi.crypt.kms"), meta("rbdcsi.crypt.dek"); kms != "secret" || !strings.HasPrefix(dek, "v2.k1.") {
 		t.Errorf("image %s: KMS %q, data key %.12q...; want KMS secret and a key wrapped by KEK k1", img, kms, dek)
 	}
 	t.Run("pod", func(t *testing.T) {

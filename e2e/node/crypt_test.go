@@ -36,15 +36,22 @@ const luksHeader = 16 * mib
 // must never hold it.
 var plaintext = bytes.Repeat([]byte("RBDCSI-PLAINTEXT-MARKER."), 4096)
 
-// setupCrypt is setup with the KMS configuration and fresh KEKs for both
-// KMSs in the calls' secrets. It skips where the kernel has no dm-crypt:
-// on this host (fuse mounter); scripts/kernel-test.sh runs it in the VM
-// with krbd and nbd.
-func setupCrypt(t *testing.T, extraArgs ...string) *env {
+// needDMCrypt skips where the kernel has no dm-crypt: on this host (fuse
+// mounter); scripts/kernel-test.sh runs the encrypted tests in the VM with
+// krbd and nbd.
+func needDMCrypt(t *testing.T) {
 	t.Helper()
 	if _, err := os.Stat("/sys/module/dm_crypt"); err != nil {
 		t.Skipf("this kernel has no dm-crypt (%v); the kernel-test VM loads it", err)
 	}
+}
+
+// setupCrypt is setup with the KMS configuration and fresh KEKs for both
+// KMSs in the calls' secrets. It skips where the kernel has no dm-crypt
+// (needDMCrypt).
+func setupCrypt(t *testing.T, extraArgs ...string) *env {
+	t.Helper()
+	needDMCrypt(t)
 	conf := filepath.Join(root, "kms-"+strings.NewReplacer("/", "_").Replace(t.Name())+".json")
 	harness.Must(t, os.WriteFile(conf, []byte(kmsConfig), 0o644), "write the KMS configuration")
 	t.Cleanup(func() { _ = os.Remove(conf) })
@@ -356,7 +363,7 @@ func TestEncryptedKEKRotationUnderMountedVolume(t *testing.T) {
 	writeSynced(t, filepath.Join(target, "before"), plaintext)
 	_, backing := cryptDevice(t, staging, false, target)
 	header := luksUUID(t, backing)
-	if dek := e.cryptMeta(v, "dek"); !strings.HasPrefix(dek, "v1.k1.") {
+	if dek := e.cryptMeta(v, "dek"); !strings.HasPrefix(dek, "v2.k1.") {
 		t.Fatalf("data key wrapped as %.12q..., want by k1", dek)
 	}
 
@@ -364,7 +371,7 @@ func TestEncryptedKEKRotationUnderMountedVolume(t *testing.T) {
 	writeSecretKeys(t, e.secretDir, rotated)
 	maps.Copy(e.keks, rotated)
 	waitFor(t, "the controller to re-wrap the data key with k2", func() bool {
-		return strings.HasPrefix(e.cryptMeta(v, "dek"), "v1.k2.")
+		return strings.HasPrefix(e.cryptMeta(v, "dek"), "v2.k2.")
 	})
 	writeSynced(t, filepath.Join(target, "after"), plaintext)
 	expectContent(t, filepath.Join(target, "before"), plaintext, "the volume after the re-wrap")

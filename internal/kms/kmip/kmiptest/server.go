@@ -51,7 +51,12 @@ func Start(t testing.TB) *Server {
 	s := &Server{dir: t.TempDir(), PKI: NewPKI(t)}
 	s.ClientCert, s.ClientKey = s.PKI.Client(t, Identity)
 	serverCert, serverKey := s.PKI.Server(t)
-	for name, data := range map[string][]byte{"ca.crt": s.PKI.CA, "server.crt": serverCert, "server.key": serverKey} {
+	// The certificate and its key in one file, named as both: Debian
+	// trixie's PyKMIP (0.10.0-8, patched for Python 3.12) passes
+	// key_path as the certificate and certificate_path as the key, and
+	// Python's ssl finds each in a file that holds both.
+	serverPEM := append(append([]byte{}, serverCert...), serverKey...)
+	for name, data := range map[string][]byte{"ca.crt": s.PKI.CA, "server.pem": serverPEM} {
 		if err := os.WriteFile(filepath.Join(s.dir, name), data, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +101,7 @@ policy_path=%s
 enable_tls_client_auth=True
 logging_level=INFO
 database_path=%s
-`, port, s.path("server.crt"), s.path("server.key"), s.path("ca.crt"), s.path("policies"), s.path("pykmip.db"))
+`, port, s.path("server.pem"), s.path("server.pem"), s.path("ca.crt"), s.path("policies"), s.path("pykmip.db"))
 	if err := os.WriteFile(s.path("server.conf"), []byte(conf), 0o600); err != nil {
 		return err
 	}
