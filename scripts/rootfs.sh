@@ -170,14 +170,13 @@ dev() {
 	# shellcheck disable=SC2016 # the inner shell expands them
 	if ! ROOTFS_OVERLAY=$dir.tmp ROOTFS_ENV="DEBIAN_FRONTEND=noninteractive" "$HERE/rootfs.sh" run "$lower" /bin/sh -c '
 		set -e
-		# Five tries, 30 s apart: the resolver here
-		# sometimes stops answering for a minute or more, and apt-get
-		# update then only warns.
-		for try in 1 2 3 4 5; do
+		# Three tries: the resolver here sometimes stops answering for a
+		# while, and apt-get update then only warns.
+		for try in 1 2 3; do
 			if apt-get "$@" update -qq && apt-get "$@" install -y -qq --no-install-recommends '"${DEV_PACKAGES[*]}"'; then
 				break
 			fi
-			[ "$try" != 5 ] || exit 1
+			[ "$try" != 3 ] || exit 1
 			echo "apt failed; once more in 30 s"
 			sleep 30
 		done
