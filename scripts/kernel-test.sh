@@ -118,14 +118,6 @@ readonly LIST=$ROOT/scripts/kernel-test.tests
 (cd "$ROOT" && CGO_ENABLED=0 go build -o "$work/bin/test2json" cmd/test2json && go build -o "$work/testreport" ./scripts/testreport) ||
 	die "building test2json and scripts/testreport failed"
 
-ip netns add "$ns"
-ip -n "$ns" link set lo up
-# A fixed MAC address: a bridge without one takes the lowest of its ports',
-# which changes when a guest's tap joins, and the other guest's ARP entry for
-# the host goes stale.
-ip -n "$ns" link add br0 address 02:72:62:64:6b:01 type bridge
-ip -n "$ns" addr add "$NET.1/$LEN" dev br0
-ip -n "$ns" link set br0 up
 # cluster_of MAPPER: the Debian suite whose Ceph serves MAPPER's guest, or host.
 cluster_of() {
 	local kv
@@ -134,6 +126,22 @@ cluster_of() {
 	done
 	echo host
 }
+# The clusters' Debian roots are made (or found) here, before the network
+# namespace, which has no route out: a root whose package list changed is
+# built anew, and its apt needs the mirror.
+for m in "${mappers[@]}"; do
+	c=$(cluster_of "$m")
+	[[ $c == host ]] || "$ROOT/scripts/rootfs.sh" dev "$c" >/dev/null || die "building the $c root failed"
+done
+
+ip netns add "$ns"
+ip -n "$ns" link set lo up
+# A fixed MAC address: a bridge without one takes the lowest of its ports',
+# which changes when a guest's tap joins, and the other guest's ARP entry for
+# the host goes stale.
+ip -n "$ns" link add br0 address 02:72:62:64:6b:01 type bridge
+ip -n "$ns" addr add "$NET.1/$LEN" dev br0
+ip -n "$ns" link set br0 up
 for m in "${mappers[@]}"; do
 	c=$(cluster_of "$m")
 	if [[ $c == host ]]; then
