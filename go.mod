@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/ceph/go-ceph v0.40.0
 	github.com/container-storage-interface/spec v1.13.0
+	github.com/csi-addons/spec v0.2.1-0.20250610152019-b5a7205f6a79
 	github.com/gemalto/kmip-go v0.0.10
 	github.com/kubernetes-csi/csi-lib-utils v0.25.0
 	github.com/kubernetes-csi/csi-test/v5 v5.6.0

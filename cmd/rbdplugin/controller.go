@@ -25,7 +25,7 @@ func startController(f flags, w wiring) (*controller.Controller, error) {
 	}
 	o := f.ctrl
 	o.Backend, o.Clusters, o.Credentials, o.Fault, o.Upkeep = w.backend, w.clusters, cred, w.fault, w.obs.upkeep
-	o.KMS = w.kms
+	o.KMS, o.Locks = w.kms, w.locks
 	if dir := f.secretDir; dir != "" && w.kms != nil {
 		// Re-read at every pass: a rotation adds a KEK to the Secret.
 		o.KMSSecrets = func() (map[string]string, error) { return kms.SecretsFromDir(dir) }

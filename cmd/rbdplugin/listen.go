@@ -39,10 +39,10 @@ func loopbackAddress(addr string) bool {
 // checkEndpoint refuses a tcp:// endpoint outside loopback unless remote
 // says so: the CSI API has no authentication of its own, and whoever
 // reaches it can stage any volume whose secrets it holds, or delete any.
-func checkEndpoint(endpoint string, remote bool) error {
+func checkEndpoint(flag, endpoint string, remote bool) error {
 	addr, ok := strings.CutPrefix(endpoint, "tcp://")
 	if !ok || remote || loopbackAddress(addr) {
 		return nil
 	}
-	return fmt.Errorf("--endpoint %s: a TCP endpoint serves the CSI API unauthenticated; bind it to 127.0.0.1 or [::1], or pass --allow-remote-endpoint for a test across machines", endpoint)
+	return fmt.Errorf("%s %s: a TCP endpoint serves its API unauthenticated; bind it to 127.0.0.1 or [::1], or pass --allow-remote-endpoint for a test across machines", flag, endpoint)
 }

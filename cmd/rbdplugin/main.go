@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -22,6 +23,7 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/controller/upkeep"
 	"github.com/rbdcsi/rbdcsi/internal/driver"
 	"github.com/rbdcsi/rbdcsi/internal/kms"
+	"github.com/rbdcsi/rbdcsi/internal/lock"
 	"github.com/rbdcsi/rbdcsi/internal/metrics"
 	"github.com/rbdcsi/rbdcsi/internal/node"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
@@ -52,12 +54,15 @@ type flags struct {
 	builtins      *builtinFlags
 	showVersion   bool
 	remoteTCP     bool
+	// addonsEndpoint serves the csi-addons services (addons.go).
+	addonsEndpoint string
 }
 
 func parseFlags(args []string) (flags, error) {
 	var f flags
 	fs := flag.NewFlagSet("rbdplugin", flag.ContinueOnError)
 	fs.StringVar(&f.endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path/to/csi.sock or tcp://host:port")
+	fs.StringVar(&f.addonsEndpoint, "csi-addons-endpoint", "", "controller and all modes: serve the csi-addons services (Identity, VolumeReplication) on this endpoint of their own, unix:///path/to/csi-addons.sock or tcp://host:port, for the csi-addons sidecar (docs/disaster-recovery.md); empty: not served")
 	fs.BoolVar(&f.remoteTCP, "allow-remote-endpoint", false, "let --endpoint=tcp:// bind an address other than loopback: the CSI API has no authentication, so only for tests across machines")
 	fs.StringVar(&f.nodeID, "nodeid", "", "this node's ID (the Kubernetes node name); required in node mode")
 	fs.StringVar(&f.driverName, "drivername", DefaultDriverName, "CSI driver name, as in the CSIDriver object and StorageClasses")
@@ -118,7 +123,10 @@ func parseFlags(args []string) (flags, error) {
 	default:
 		return f, fmt.Errorf("--mode %q: want controller, node or all", f.mode)
 	}
-	if err := checkEndpoint(f.endpoint, f.remoteTCP); err != nil {
+	if err := checkEndpoint("--endpoint", f.endpoint, f.remoteTCP); err != nil {
+		return f, err
+	}
+	if err := checkAddonsEndpoint(f); err != nil {
 		return f, err
 	}
 	if f.mode != "controller" && f.nodeID == "" {
@@ -205,8 +213,12 @@ func run(ctx context.Context, f flags) error {
 	opts.OpTimeout = f.cephTimeout
 	conns := ceph.NewConns(opts)
 	defer conns.Close()
-	w := wiring{clusters: clusters, kms: kmsConfig, fault: crashAt(f.crashAt), obs: obs}
+	w := wiring{clusters: clusters, kms: kmsConfig, fault: crashAt(f.crashAt), obs: obs, locks: lock.New(), interceptors: interceptors}
 	w.backend = ceph.NewBackend(conns, ceph.BackendOptions{Observer: obs.ceph, Fault: w.fault})
+	// A csi-addons server that fails ends the whole plugin, as the CSI
+	// one does.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 
 	var services driver.Services
 	if f.mode != "node" {
@@ -252,8 +264,18 @@ func run(ctx context.Context, f flags) error {
 		return err
 	}
 	defer stopBuiltins()
+	stopAddons, err := startAddons(ctx, f, w, cancel)
+	if err != nil {
+		return err
+	}
 	klog.InfoS("serving", "driver", f.driverName, "version", version, "mode", f.mode, "endpoint", f.endpoint)
-	return driver.NewServer(services, interceptors...).Serve(ctx, l, f.grace)
+	err = driver.NewServer(services, interceptors...).Serve(ctx, l, f.grace)
+	cancel(nil)
+	stopAddons()
+	if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		err = cause
+	}
+	return err
 }
 
 // observers are told what the services do (the metrics, with
@@ -272,6 +294,12 @@ type wiring struct {
 	kms      kms.Config
 	fault    func(string)
 	obs      observers
+	// locks are the controller's per-volume locks, which the csi-addons
+	// services share.
+	locks *lock.Keyed
+	// interceptors wrap every unary call, of each server: metrics, the
+	// bound on calls that work in Ceph (one bound for both servers).
+	interceptors []grpc.UnaryServerInterceptor
 }
 
 // startMetrics serves Prometheus metrics on addr until ctx ends. The

@@ -41,6 +41,7 @@ func TestContract(t *testing.T) {
 	// from Reef's and Tentacle's OSDs (its calls time out, as an outage
 	// would), only Pacific's refuse it.
 	poollessKey := c.NewUser(t, poolless, "mon", "profile rbd", "osd", "profile rbd pool=rbdcsi-no-such-pool")
+	mirrorImages(t, c)
 	rbdtest.Run(t, func(t *testing.T) rbdtest.Target {
 		return rbdtest.Target{
 			Backend:       backend,
@@ -53,6 +54,21 @@ func TestContract(t *testing.T) {
 			Unblocklister: cluster.Credentials{ID: lifter, Key: lifterKey},
 			Poolless:      cluster.Credentials{ID: poolless, Key: poollessKey},
 			Rejected:      cluster.Credentials{ID: c.CSIUser, Key: wrongKey},
+		}
+	})
+}
+
+// mirrorImages sets the pool to mirror images one by one, as the suite
+// needs, for as long as the test runs (a pool left so mirrors nothing
+// more, but the next suite should find it as the cluster made it).
+func mirrorImages(t *testing.T, c harness.Cluster) {
+	args := append([]string{"mirror", "pool"}, c.NamespaceArgs()...)
+	if out, err := c.RBD(append(append(args, "enable"), c.Pool, "image")...); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := c.RBD(append(append(args, "disable"), c.Pool)...); err != nil {
+			t.Errorf("%v: %s", err, out)
 		}
 	})
 }

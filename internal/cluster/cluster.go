@@ -23,6 +23,12 @@ type Cluster struct {
 	ClusterID string   `json:"clusterID"`
 	Monitors  []string `json:"monitors"`
 	RBD       RBD      `json:"rbd,omitempty"`
+	// PeerClusterIDs are the clusterIDs that the other sites of RBD
+	// mirroring give their clusters, whose volumes have their mirror
+	// copies in this cluster: an image keeps its pool and name on every
+	// site, so a volume ID of a peer's names its copy here, and resolves
+	// to this entry.
+	PeerClusterIDs []string `json:"peerClusterIDs,omitempty"`
 }
 
 // RBD holds a cluster entry's RBD settings.
@@ -53,7 +59,7 @@ func ParseMap(data []byte) ([]Cluster, error) {
 	dec.DisallowUnknownFields()
 	var clusters []Cluster
 	if err := dec.Decode(&clusters); err != nil {
-		return nil, fmt.Errorf("cluster map is not a JSON list of {clusterID, monitors, rbd: {radosNamespace}}: %w", err)
+		return nil, fmt.Errorf("cluster map is not a JSON list of {clusterID, monitors, rbd: {radosNamespace}, peerClusterIDs}: %w", err)
 	}
 	if dec.More() {
 		return nil, errors.New("cluster map has trailing data after the JSON list")
@@ -81,7 +87,31 @@ func ParseMap(data []byte) ([]Cluster, error) {
 			}
 		}
 	}
+	if err := checkPeers(clusters, seen); err != nil {
+		return nil, err
+	}
 	return clusters, nil
+}
+
+// checkPeers refuses a peer clusterID that could resolve two ways: one
+// that is an entry's own, or that two entries (or one twice) list.
+func checkPeers(clusters []Cluster, own map[string]bool) error {
+	peerOf := map[string]string{}
+	for _, c := range clusters {
+		for _, p := range c.PeerClusterIDs {
+			if err := volid.ValidClusterID(p); err != nil {
+				return fmt.Errorf("cluster %q: peerClusterIDs: %w", c.ClusterID, err)
+			}
+			if own[p] {
+				return fmt.Errorf("cluster %q: peerClusterIDs lists %q, a clusterID of this map: a volume ID must name one cluster", c.ClusterID, p)
+			}
+			if other, dup := peerOf[p]; dup {
+				return fmt.Errorf("peerClusterIDs %q is listed twice (by clusters %q and %q): a volume ID must name one cluster", p, other, c.ClusterID)
+			}
+			peerOf[p] = c.ClusterID
+		}
+	}
+	return nil
 }
 
 // validMonitor accepts host:port, [v2:ip:port,v1:ip:port] and the like, and
@@ -113,7 +143,9 @@ type Map struct {
 	modTime  time.Time
 	size     int64
 	clusters map[string]Cluster
-	loadErr  error
+	// peers maps a peer's clusterID to the entry holding its copies.
+	peers   map[string]Cluster
+	loadErr error
 }
 
 // LoadMap reads the map at path; it fails if the first read fails.
@@ -128,11 +160,20 @@ func LoadMap(path string) (*Map, error) {
 
 // NewStaticMap serves a fixed map (for tests and embedding).
 func NewStaticMap(clusters []Cluster) *Map {
-	m := &Map{clusters: map[string]Cluster{}}
-	for _, c := range clusters {
-		m.clusters[c.ClusterID] = c
-	}
+	m := &Map{}
+	m.set(clusters)
 	return m
+}
+
+// set makes list the map. Called with m.mu held (or before m is shared).
+func (m *Map) set(list []Cluster) {
+	m.clusters, m.peers = map[string]Cluster{}, map[string]Cluster{}
+	for _, c := range list {
+		m.clusters[c.ClusterID] = c
+		for _, p := range c.PeerClusterIDs {
+			m.peers[p] = c
+		}
+	}
 }
 
 func (m *Map) refresh(now time.Time) {
@@ -152,10 +193,7 @@ func (m *Map) refresh(now time.Time) {
 	if err == nil {
 		var list []Cluster
 		if list, err = ParseMap(data); err == nil {
-			m.clusters = map[string]Cluster{}
-			for _, c := range list {
-				m.clusters[c.ClusterID] = c
-			}
+			m.set(list)
 			m.modTime, m.size, m.loadErr = st.ModTime(), st.Size(), nil
 			return
 		}
@@ -163,12 +201,16 @@ func (m *Map) refresh(now time.Time) {
 	m.loadErr = fmt.Errorf("cluster map %s: %w", m.path, err)
 }
 
-// Lookup returns the cluster with the given ID.
+// Lookup returns the cluster with the given ID, or the one that lists it
+// among its peers (the entry itself, with its own clusterID).
 func (m *Map) Lookup(id string) (Cluster, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.refresh(time.Now())
 	c, ok := m.clusters[id]
+	if !ok {
+		c, ok = m.peers[id]
+	}
 	if !ok {
 		return Cluster{}, fmt.Errorf("%w %q: it is not in the cluster map", ErrUnknown, id)
 	}

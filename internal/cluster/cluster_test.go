@@ -143,3 +143,70 @@ func TestKeyTypes(t *testing.T) {
 		t.Errorf("no error became one")
 	}
 }
+
+// On a mirror site, a volume ID of the peer's cluster resolves to the
+// entry that holds the copies of its images; an ID that could resolve
+// two ways never loads.
+func TestPeerClusterIDs(t *testing.T) {
+	cs, err := ParseMap([]byte(`[{"clusterID":"site-b","monitors":["m:1"],"rbd":{"radosNamespace":"t1"},"peerClusterIDs":["site-a","site-c"]},{"clusterID":"other","monitors":["m:2"]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewStaticMap(cs)
+	for _, id := range []string{"site-b", "site-a", "site-c"} {
+		c, err := m.Lookup(id)
+		if err != nil || c.ClusterID != "site-b" || c.MonHost() != "m:1" || c.Namespace() != "t1" {
+			t.Errorf("Lookup(%q) = %+v, %v; want the entry site-b", id, c, err)
+		}
+	}
+	if c, err := m.Lookup("other"); err != nil || c.MonHost() != "m:2" {
+		t.Errorf("Lookup(other) = %+v, %v", c, err)
+	}
+	if _, err := m.Lookup("site-d"); !errors.Is(err, ErrUnknown) {
+		t.Errorf("an ID nobody lists: %v, want ErrUnknown", err)
+	}
+	if len(m.All()) != 2 {
+		t.Errorf("All lists %d entries, want the 2 of the map (peers are no entries)", len(m.All()))
+	}
+	for name, bad := range map[string]string{
+		"peer is an entry":  `[{"clusterID":"a","monitors":["m:1"],"peerClusterIDs":["b"]},{"clusterID":"b","monitors":["m:2"]}]`,
+		"peer of itself":    `[{"clusterID":"a","monitors":["m:1"],"peerClusterIDs":["a"]}]`,
+		"peer listed twice": `[{"clusterID":"a","monitors":["m:1"],"peerClusterIDs":["p"]},{"clusterID":"b","monitors":["m:2"],"peerClusterIDs":["p"]}]`,
+		"peer twice in one": `[{"clusterID":"a","monitors":["m:1"],"peerClusterIDs":["p","p"]}]`,
+		"malformed peer":    `[{"clusterID":"a","monitors":["m:1"],"peerClusterIDs":["../x"]}]`,
+		"empty peer":        `[{"clusterID":"a","monitors":["m:1"],"peerClusterIDs":[""]}]`,
+		"peers not a list":  `[{"clusterID":"a","monitors":["m:1"],"peerClusterIDs":"p"}]`,
+		"unknown peer key":  `[{"clusterID":"a","monitors":["m:1"],"peers":["p"]}]`,
+	} {
+		if _, err := ParseMap([]byte(bad)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// A reloaded map's peers replace the old ones.
+func TestPeerClusterIDsReload(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "clusters.json")
+	write := func(s string, mtime time.Time) {
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now()
+	write(`[{"clusterID":"b","monitors":["m:1"],"peerClusterIDs":["a"]}]`, now.Add(-time.Hour))
+	m, err := LoadMap(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.interval = 0
+	if c, err := m.Lookup("a"); err != nil || c.ClusterID != "b" {
+		t.Fatalf("Lookup(a) = %+v, %v", c, err)
+	}
+	write(`[{"clusterID":"b","monitors":["m:1"]}]`, now)
+	if _, err := m.Lookup("a"); !errors.Is(err, ErrUnknown) {
+		t.Fatalf("a peer dropped from the map still resolves: %v", err)
+	}
+}

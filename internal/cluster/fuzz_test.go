@@ -22,6 +22,8 @@ func FuzzParseMap(f *testing.F) {
 	f.Add([]byte(`[{"clusterID":"c1","monitors":["a:1"]},{"clusterID":"c1","monitors":["b:1"]}]`))
 	f.Add([]byte(`[{"clusterID":"c1","monitors":["--keyring=/x"]}]`))
 	f.Add([]byte(`[{"clusterID":"c1","monitors":["a:1"],"cephFS":{}}]`))
+	f.Add([]byte(`[{"clusterID":"b","monitors":["a:1"],"peerClusterIDs":["a","c"]}]`))
+	f.Add([]byte(`[{"clusterID":"b","monitors":["a:1"],"peerClusterIDs":["b"]}]`))
 	f.Add([]byte(`[]`))
 	f.Add([]byte(`{`))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -30,6 +32,19 @@ func FuzzParseMap(f *testing.F) {
 			return
 		}
 		seen := map[string]bool{}
+		for _, c := range cs {
+			seen[c.ClusterID] = false
+		}
+		peers := map[string]bool{}
+		for _, c := range cs {
+			// A peer's clusterID resolves to one entry only.
+			for _, p := range c.PeerClusterIDs {
+				if _, own := seen[p]; own || peers[p] || !plainName(p, 40) {
+					t.Fatalf("accepted peer clusterID %q of %q", p, c.ClusterID)
+				}
+				peers[p] = true
+			}
+		}
 		for _, c := range cs {
 			// clusterIDs go into volume IDs and name the map's entries.
 			if !plainName(c.ClusterID, 40) || seen[c.ClusterID] {

@@ -99,6 +99,10 @@ type Options struct {
 	// AllowInsecureMapOptions lets classes switch off cephx signatures
 	// and data CRCs (config.CheckMapOptionsSecure); refused otherwise.
 	AllowInsecureMapOptions bool
+	// Locks are the per-volume try-locks, shared with the services beside
+	// the controller (csi-addons) so one volume sees one call at a time.
+	// Nil: the controller's own.
+	Locks *lock.Keyed
 }
 
 // Defaults for Options.
@@ -165,7 +169,10 @@ func New(o Options) *Controller {
 		o.Upkeep = upkeep.NopObserver{}
 	}
 	names := records.NewNames(o.InstanceID, o.VolumeNamePrefixes)
-	locks := lock.New()
+	locks := o.Locks
+	if locks == nil {
+		locks = lock.New()
+	}
 	uo := upkeep.Options{
 		Backend: o.Backend, Locks: locks, Names: names, Clusters: o.Clusters, Credentials: o.Credentials,
 		SweepInterval: o.SweepInterval, Observer: o.Upkeep, Fault: o.Fault,

@@ -29,8 +29,11 @@ import (
 const (
 	mib       = 1 << 20
 	clusterID = "fake-cluster"
-	poolName  = "rbd"
-	key       = "AQAAAAAAAAAAABAAAAAAAAAAAAAAAAAAAAAAAA=="
+	// peerClusterID is the clusterID a mirror peer gives its cluster,
+	// which the map resolves to clusterID's entry.
+	peerClusterID = "fake-peer"
+	poolName      = "rbd"
+	key           = "AQAAAAAAAAAAABAAAAAAAAAAAAAAAAAAAAAAAA=="
 )
 
 // env is one fake cluster that controllers come and go on, as plugin
@@ -73,7 +76,7 @@ func (e *env) start(crashAt string, o controller.Options) *ctrl {
 	if e.wrap != nil {
 		o.Backend = e.wrap(o.Backend)
 	}
-	o.Clusters = cluster.NewStaticMap([]cluster.Cluster{{ClusterID: clusterID, Monitors: []string{"127.0.0.1:3300"}}})
+	o.Clusters = cluster.NewStaticMap([]cluster.Cluster{{ClusterID: clusterID, Monitors: []string{"127.0.0.1:3300"}, PeerClusterIDs: []string{peerClusterID}}})
 	c := controller.New(o)
 	e.t.Cleanup(c.Close)
 	return &ctrl{e: e, c: c, ceph: client}

@@ -83,6 +83,18 @@ func (c *Controller) pool(clusterID, pool string, secrets map[string]string, own
 	return rbd.NewPool(entry, cred, pool), nil
 }
 
+// sameCluster reports whether two clusterIDs name one cluster: the same
+// ID, or one the map resolves to the other's entry (on a site of RBD
+// mirroring, the peer's ID that a mirrored volume's ID carries).
+func (c *Controller) sameCluster(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ea, errA := c.clusters.Lookup(a)
+	eb, errB := c.clusters.Lookup(b)
+	return errA == nil && errB == nil && ea.ClusterID == eb.ClusterID
+}
+
 func findSnap(snaps []rbd.SnapInfo, name string) (rbd.SnapInfo, bool) {
 	for _, s := range snaps {
 		if s.Name == name {

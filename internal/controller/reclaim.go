@@ -38,6 +38,11 @@ func (c *Controller) removeVolume(ctx context.Context, pool rbd.Pool, vol volid.
 	case err != nil:
 		return cephStatus(err)
 	}
+	if m := fam.Mirror; m != nil && !m.Primary {
+		// librbd removes no such copy; rbd-mirror does, when the
+		// primary goes or stops mirroring.
+		return status.Errorf(codes.FailedPrecondition, "volume %s is a non-primary mirror copy: delete it at its primary site (rbd-mirror then removes this copy), disable its replication there, or promote this copy first", vol)
+	}
 	if nodes := attach.Nodes(fam.Metadata); len(nodes) > 0 {
 		return status.Errorf(codes.FailedPrecondition, "volume %s is attached to node(s) %v; detach it first", vol, nodes)
 	}

@@ -89,6 +89,11 @@ func (c *Controller) takeSnapshot(ctx context.Context, pool rbd.Pool, a snapshot
 	if err := snap.Validate(); err != nil {
 		return snap, rbd.SnapInfo{}, status.Errorf(codes.Internal, "snapshot ID: %v", err)
 	}
+	if _, taken := findSnap(fam.Snaps, snap.Snap); !taken {
+		if err := notPrimary(fam, "volume "+a.srcID); err != nil {
+			return snap, rbd.SnapInfo{}, err
+		}
+	}
 	if err := c.claimSnapshot(ctx, pool, snap.Snap, fam.ID, a.name); err != nil {
 		return snap, rbd.SnapInfo{}, err
 	}

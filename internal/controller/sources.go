@@ -139,7 +139,7 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, image str
 		if err != nil {
 			return source{}, status.Errorf(codes.NotFound, "snapshot %.130q does not exist", s.GetSnapshotId())
 		}
-		if snap.ClusterID != clusterID {
+		if !c.sameCluster(snap.ClusterID, clusterID) {
 			return source{}, status.Errorf(codes.InvalidArgument, "snapshot %s is in cluster %s, not in the StorageClass's cluster %s", s.GetSnapshotId(), snap.ClusterID, clusterID)
 		}
 		ppool := pool.WithName(snap.Pool)
@@ -157,6 +157,9 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, image str
 		if err := cloneable(fam, "snapshot "+s.GetSnapshotId()); err != nil {
 			return source{}, err
 		}
+		if err := notPrimary(fam, "the volume of snapshot "+s.GetSnapshotId()); err != nil {
+			return source{}, err
+		}
 		// A snapshot's image keeps the key record of the volume it was
 		// taken of, also once that volume is deleted (a hidden image).
 		parent := c.names.Volume(fam.Name, fam.Metadata)
@@ -171,7 +174,7 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, image str
 	if err != nil {
 		return source{}, status.Errorf(codes.NotFound, "volume %.130q does not exist", v.GetVolumeId())
 	}
-	if vol.ClusterID != clusterID {
+	if !c.sameCluster(vol.ClusterID, clusterID) {
 		return source{}, status.Errorf(codes.InvalidArgument, "volume %s is in cluster %s, not in the StorageClass's cluster %s", v.GetVolumeId(), vol.ClusterID, clusterID)
 	}
 	ppool := pool.WithName(vol.Pool)
@@ -186,6 +189,9 @@ func (c *Controller) resolveSource(ctx context.Context, pool rbd.Pool, image str
 		return source{}, err
 	}
 	if err := cloneable(fam, "volume "+v.GetVolumeId()); err != nil {
+		return source{}, err
+	}
+	if err := notPrimary(fam, "volume "+v.GetVolumeId()); err != nil {
 		return source{}, err
 	}
 	parent := c.names.Volume(vol.Image, fam.Metadata)

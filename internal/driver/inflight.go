@@ -43,8 +43,11 @@ func LimitControllerCalls(max int) grpc.UnaryServerInterceptor {
 }
 
 // worksInCeph: the Controller and GroupController calls but their
-// capabilities.
+// capabilities, and the csi-addons replication calls.
 func worksInCeph(method string) bool {
+	if strings.HasPrefix(method, "/replication.Controller/") {
+		return true
+	}
 	svc, name, _ := strings.Cut(strings.TrimPrefix(method, "/csi.v1."), "/")
 	switch svc {
 	case "Controller":

@@ -49,7 +49,8 @@ func TestLimitControllerCalls(t *testing.T) {
 	}
 
 	quick := func(context.Context, any) (any, error) { return "ok", nil }
-	for _, m := range []string{"/csi.v1.Identity/Probe", "/csi.v1.Node/NodeStageVolume", "/csi.v1.Controller/ControllerGetCapabilities", "/csi.v1.GroupController/GroupControllerGetCapabilities"} {
+	for _, m := range []string{"/csi.v1.Identity/Probe", "/csi.v1.Node/NodeStageVolume", "/csi.v1.Controller/ControllerGetCapabilities", "/csi.v1.GroupController/GroupControllerGetCapabilities",
+		"/identity.Identity/Probe"} {
 		resp, err := limit(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: m}, quick)
 		if resp != "ok" || err != nil {
 			t.Errorf("%s waited for a controller slot: %v %v", m, resp, err)
@@ -57,9 +58,10 @@ func TestLimitControllerCalls(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	group := &grpc.UnaryServerInfo{FullMethod: "/csi.v1.GroupController/CreateVolumeGroupSnapshot"}
-	if _, err := limit(ctx, nil, group, quick); status.Code(err) != codes.DeadlineExceeded {
-		t.Errorf("a call past its deadline while waiting: %v, want DeadlineExceeded", err)
+	for _, m := range []string{"/csi.v1.GroupController/CreateVolumeGroupSnapshot", "/replication.Controller/PromoteVolume"} {
+		if _, err := limit(ctx, nil, &grpc.UnaryServerInfo{FullMethod: m}, quick); status.Code(err) != codes.DeadlineExceeded {
+			t.Errorf("%s past its deadline while waiting: %v, want DeadlineExceeded", m, err)
+		}
 	}
 
 	close(release)

@@ -33,8 +33,22 @@ type Server struct {
 // NewServer registers the services with request logging and reflection.
 // Extra interceptors (metrics) run outside the logging one, in order.
 func NewServer(s Services, interceptors ...grpc.UnaryServerInterceptor) *Server {
+	return NewServerWith(s.register, interceptors...)
+}
+
+// NewServerWith is NewServer for the services register adds (the
+// csi-addons ones, on their own socket): the same request logging, with
+// every field marked as a CSI secret stripped, and reflection.
+func NewServerWith(register func(*grpc.Server), interceptors ...grpc.UnaryServerInterceptor) *Server {
 	chain := append(interceptors[:len(interceptors):len(interceptors)], logCalls) // never writes into the caller's slice
 	g := grpc.NewServer(grpc.ChainUnaryInterceptor(chain...), grpc.ChainStreamInterceptor(logStreams))
+	register(g)
+	reflection.Register(g)
+	return &Server{grpc: g}
+}
+
+// register adds the CSI services that are set.
+func (s Services) register(g *grpc.Server) {
 	if s.Identity != nil {
 		csi.RegisterIdentityServer(g, s.Identity)
 	}
@@ -50,8 +64,6 @@ func NewServer(s Services, interceptors ...grpc.UnaryServerInterceptor) *Server 
 	if s.Node != nil {
 		csi.RegisterNodeServer(g, s.Node)
 	}
-	reflection.Register(g)
-	return &Server{grpc: g}
 }
 
 // Serve blocks until ctx ends, then stops gracefully: in-flight calls get

@@ -107,6 +107,7 @@ type Backend interface {
 
 	GroupBackend
 	DataBackend
+	MirrorBackend
 }
 
 // GroupBackend is RBD groups and their snapshots: one snapshot taken at

@@ -26,4 +26,7 @@ var (
 	// ErrNotSupported: this backend's Ceph library lacks the call (group
 	// snapshots before Squid 19).
 	ErrNotSupported = errors.New("not supported by this Ceph library")
+	// ErrNotMirrored: the image is not mirrored, or its pool mirrors no
+	// images one by one (the pool's mirror mode is not "image").
+	ErrNotMirrored = errors.New("not mirrored")
 )

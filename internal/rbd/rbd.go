@@ -115,6 +115,9 @@ type Family struct {
 	Parent       *Parent
 	Watchers     int
 	Created      time.Time
+	// Mirror is set when the image is mirrored (MirrorBackend): whether
+	// this copy is the primary one. Its mirror snapshots are in no count.
+	Mirror *MirrorInfo
 }
 
 // Client is a client that has an image open read-write: Ceph lists a

@@ -50,10 +50,18 @@ func (b *Backend) StatFamily(ctx context.Context, p rbd.Pool, name, id string) (
 		if err != nil {
 			return fmt.Errorf("snapshots of image %s: %w", name, classify(err))
 		}
+		mirrored := false
 		for _, s := range snaps {
 			ns, err := img.GetSnapNamespaceType(s.Id)
 			if err != nil {
 				return fmt.Errorf("snapshot namespace of %s@%s: %w", name, s.Name, classify(err))
+			}
+			if ns == snapNamespaceMirror {
+				// librbd takes and drops them itself; every mirrored
+				// copy has one from its first sync on, so only a
+				// mirrored image pays for reading its mirror info.
+				mirrored = true
+				continue
 			}
 			if ns != librbd.SnapNamespaceTypeUser {
 				// A group snapshot's image snapshot counts while its
@@ -70,6 +78,15 @@ func (b *Backend) StatFamily(ctx context.Context, p rbd.Pool, name, id string) (
 				return fmt.Errorf("snapshot time of %s@%s: %w", name, s.Name, classify(err))
 			}
 			f.Snaps = append(f.Snaps, rbd.SnapInfo{Name: s.Name, ID: s.Id, Size: s.Size, Created: time.Unix(ts.Sec, ts.Nsec)})
+		}
+		if mirrored {
+			mi, err := mirrorInfo(img, name)
+			if err != nil {
+				return err
+			}
+			if mi.State != rbd.MirrorDisabled {
+				f.Mirror = &mi
+			}
 		}
 		parent, err := img.GetParent()
 		switch {

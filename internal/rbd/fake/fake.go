@@ -72,10 +72,17 @@ type shared struct {
 	// poolless those whose caps cover no pool (hooks.go: RejectUser,
 	// DenyPools).
 	rejected, poolless map[string]bool
+	// schedules are the images' mirror snapshot schedules, by
+	// pool/namespace/image ID, as the mgr keys them.
+	schedules map[string][]rbd.MirrorSchedule
 }
 
 type pool struct {
 	full bool
+	// mirrorMode is the pool's mirror mode ("" disabled, "image");
+	// peered, whether it has a mirror peer (mirrorhooks.go).
+	mirrorMode string
+	peered     bool
 	// rbdNS are the RBD namespaces made in the pool ("" always exists).
 	rbdNS  map[string]bool
 	spaces map[string]*space // by RADOS namespace
@@ -109,6 +116,8 @@ type image struct {
 	sparsified int
 	// group is the group the image is in, if any.
 	group *group
+	// mirror is its mirroring, nil when not mirrored (mirror.go).
+	mirror *mirror
 }
 
 // link ties a clone to the snapshot it depends on.
@@ -154,7 +163,7 @@ func New(o Options) *Ceph {
 		o.Now = time.Now
 	}
 	cl := &shared{now: o.Now, avail: o.Available, pools: map[string]*pool{}, blocklist: map[string]time.Time{},
-		rejected: map[string]bool{}, poolless: map[string]bool{}}
+		rejected: map[string]bool{}, poolless: map[string]bool{}, schedules: map[string][]rbd.MirrorSchedule{}}
 	c := &Ceph{shared: cl, fault: o.Fault, addr: cl.newAddr()}
 	if o.NoGroupSnapshots {
 		c.groupSnaps = fmt.Errorf("%w: this fake client's library has no group snapshots (Options.NoGroupSnapshots, as Pacific's and Reef's librbd)", rbd.ErrNotSupported)

@@ -28,6 +28,7 @@ func target(c *fake.Ceph) rbdtest.Target {
 	poolless, rejected := cluster.Credentials{ID: "contract-poolless", Key: "AQBpb29sbGVzc3Bvb2xsZXNzcG9vbGxlc3M="}, cluster.Credentials{ID: "contract-rejected", Key: "AQByZWplY3RlZHJlamVjdGVkcmVqZWN0ZWQ="}
 	c.DenyPools(poolless.ID)
 	c.RejectUser(rejected.ID)
+	c.SetPoolMirrorMode(pool.Name, "image")
 	return rbdtest.Target{
 		Poolless: poolless,
 		Rejected: rejected,

@@ -187,6 +187,10 @@ func (c *Ceph) RemoveImage(ctx context.Context, p rbd.Pool, name string) error {
 	if img.group != nil {
 		return fmt.Errorf("removing image %s/%s: %w: it is in group %s", p.Name, name, rbd.ErrBusy, img.group.name)
 	}
+	if img.mirror != nil && !img.mirror.primary {
+		return fmt.Errorf("removing image %s/%s: %w: it is a non-primary mirror copy", p.Name, name, rbd.ErrInvalid)
+	}
+	delete(c.schedules, scheduleKey(p, img))
 	c.detach(p, img)
 	delete(s.dir, name)
 	delete(s.images, id)

@@ -46,6 +46,10 @@ func (c *Ceph) StatFamily(ctx context.Context, p rbd.Pool, name, id string) (rbd
 			f.TrashedSnaps++
 		}
 	}
+	if img.mirror != nil {
+		mi := img.mirrorInfo()
+		f.Mirror = &mi
+	}
 	if l := img.parent; l != nil {
 		parent, sn := c.parentOf(l)
 		f.Parent = &rbd.Parent{Pool: l.pool, ImageID: l.imageID, SnapID: l.snapID}

@@ -21,7 +21,8 @@ import (
 type Target struct {
 	Backend rbd.Backend
 	// Pool exists and holds none of the suite's names (all start with
-	// "contract-"); the suite removes what it makes.
+	// "contract-"); the suite removes what it makes. It mirrors images
+	// one by one (rbd mirror pool enable POOL image) and has no peers.
 	Pool rbd.Pool
 	// Watch opens the image as another client does (a node that mapped
 	// it) until unwatch is called.
@@ -82,6 +83,9 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"DataMissingAndInvalid", testDataMissingAndInvalid},
 		{"DataDiffTakesNoLock", testDataDiffTakesNoLock},
 		{"DataDiffByID", testDataDiffByID},
+		{"Mirroring", testMirroring},
+		{"MirroringAClone", testMirroringAClone},
+		{"MirrorSchedules", testMirrorSchedules},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -194,6 +198,11 @@ func (s *suite) cleanup() {
 			}
 			left = append(left, n)
 			if f, err := b.StatFamily(ctx, p, n, ""); err == nil {
+				if f.Mirror != nil {
+					// A non-primary copy cannot be removed.
+					_ = b.PromoteImage(ctx, p, n, true)
+					_ = b.DisableMirroring(ctx, p, n)
+				}
 				for _, sn := range f.Snaps {
 					_ = b.RemoveSnapshot(ctx, p, f.ID, sn.Name)
 				}
