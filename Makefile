@@ -15,7 +15,7 @@ GO_SOURCES := $(shell find cmd internal -name '*.go' 2>/dev/null) go.mod go.sum
 # scripts/programs.txt lists every program the project runs and the package
 # it comes from; `make lint` checks the two against each other, `make fresh`
 # proves the list on a machine with nothing installed.
-DEB_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-base ceph-common librbd-dev librados-dev rbd-fuse rbd-nbd \
+DEB_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-base ceph-common librbd-dev librados-dev rbd-fuse rbd-nbd rbd-mirror \
 	cryptsetup-bin e2fsprogs xfsprogs util-linux fuse3 kmod gcc libc6-dev pkg-config iproute2 procps uuid-runtime python3-pykmip \
 	shellcheck ca-certificates
 
@@ -57,13 +57,24 @@ unit:
 
 # Integration and conformance run against a real single-node Ceph cluster that
 # scripts/with-cluster.sh boots for the run and always tears down. The
-# suites named in INTEGRATION_EXCLUDE (e2e/NAME) are left out.
+# suites named in INTEGRATION_EXCLUDE (e2e/NAME) are left out, and so is
+# e2e/dr, which needs two clusters (make dr-test).
 INTEGRATION_EXCLUDE ?=
-INTEGRATION_LEFT_OUT = manifests $(INTEGRATION_EXCLUDE)
+INTEGRATION_LEFT_OUT = manifests dr $(INTEGRATION_EXCLUDE)
 space := $() $()
 integration: build
 	scripts/with-cluster.sh go test -count=1 -p 1 -timeout 60m $$(go list ./e2e/... | \
 		grep -v -E '/e2e/($(subst $(space),|,$(strip $(INTEGRATION_LEFT_OUT))))$$')
+
+# Disaster recovery (docs/disaster-recovery.md): two clusters on 127.0.0.2
+# and 127.0.0.3, peered for RBD snapshot mirroring, an rbd-mirror daemon on
+# each (scripts/dr-cluster.sh, always torn down), and e2e/dr through the
+# plugin's CSI and csi-addons sockets: relocation, failover, failback,
+# refusals. DR_FLAGS='-run TestRefusals' picks tests.
+DR_FLAGS ?=
+.PHONY: dr-test
+dr-test: deps build
+	scripts/dr-cluster.sh run go test -count=1 -timeout 30m -v $(DR_FLAGS) ./e2e/dr/
 
 # Short bounded runs of every fuzz target (the seed corpora run in `unit`);
 # scripts/fuzz.sh tells a real finding from the fuzz engine's spurious

@@ -110,3 +110,17 @@ func UndoOnce(t testing.TB, undo func()) func() {
 	t.Cleanup(once)
 	return once
 }
+
+// PauseSite stops (SIGSTOP) every daemon of the cluster, its rbd-mirror
+// included, as a site cut off from its peers is, until the returned
+// function resumes them (the monitor first); the test's cleanup resumes
+// them in any case. Memory-backed OSDs keep their data through it, as
+// they would not through a restart.
+func PauseSite(t testing.TB, c Cluster) (resume func()) {
+	t.Helper()
+	var pids []int
+	for _, program := range []string{"ceph-mon", "ceph-osd", "ceph-mgr", "rbd-mirror"} {
+		pids = append(pids, daemonPIDs(t, c, program)...)
+	}
+	return pause(t, pids)
+}

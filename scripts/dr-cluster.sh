@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# dr-cluster.sh: two throwaway Ceph clusters on one machine, peered for RBD
+# snapshot mirroring, each with its rbd-mirror daemon, for the
+# disaster-recovery tests (make dr-test). Site a listens on DR_ADDR_A, site b
+# on DR_ADDR_B (both loopback); each is a scripts/ceph-cluster.sh cluster
+# (one OSD, a mgr for the snapshot schedules) in DIR/a and DIR/b.
+#
+#   dr-cluster.sh up   DIR        boot both (idempotent), peer pool rbd both ways
+#                                 in image mode, start rbd-mirror on each; write DIR/env
+#   dr-cluster.sh down DIR        stop exactly the daemons it started, remove DIR (idempotent)
+#   dr-cluster.sh status DIR      each site's mirroring, peers and daemons
+#   dr-cluster.sh run CMD [ARG..] up in a temporary DIR, run CMD with DIR/env
+#                                 exported, always down afterwards
+#
+# Environment: DR_ADDR_A (default 127.0.0.2), DR_ADDR_B (default 127.0.0.3),
+# DR_MIRROR_INTERVAL (seconds between rbd-mirror's looks and reports,
+# default 5; Ceph's own is 30).
+# rbd-mirror is stopped by the PID recorded in DIR/<site>/rbd-mirror.pid,
+# checked against its command line (which names the site's ceph.conf):
+# never by name.
+set -euo pipefail
+
+readonly PROG=${0##*/}
+here=$(cd "$(dirname "$0")" && pwd)
+readonly here
+# shellcheck source=scripts/lib.sh
+source "$here/lib.sh"
+unset CEPH_ARGS
+
+readonly ADDR_A=${DR_ADDR_A:-127.0.0.2} ADDR_B=${DR_ADDR_B:-127.0.0.3}
+readonly POOL=rbd
+readonly TIMEOUT=30
+readonly MARKER=.dr-cluster-sh
+readonly MIRROR_INTERVAL=${DR_MIRROR_INTERVAL:-5}
+
+usage() {
+	echo "usage: $PROG up|down|status DIR, or $PROG run CMD [ARGS...]" >&2
+	exit 2
+}
+
+# site_dir SITE: the cluster directory of site a or b.
+site_dir() { echo "$DIR/$1"; }
+
+rbd_at() {
+	local site=$1
+	shift
+	timeout "$TIMEOUT" rbd -c "$(site_dir "$site")/ceph.conf" --client_mount_timeout 15 "$@"
+}
+
+# mirror_pid SITE: the PID of the site's rbd-mirror if it runs, else nothing.
+mirror_pid() {
+	local d pid cmdline
+	d=$(site_dir "$1")
+	[[ -r $d/rbd-mirror.pid ]] || return 0
+	pid=$(<"$d/rbd-mirror.pid")
+	[[ $pid =~ ^[0-9]+$ && -r /proc/$pid/cmdline ]] || return 0
+	cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 0
+	[[ $cmdline == "rbd-mirror -c $d/ceph.conf "* ]] && echo "$pid"
+	return 0
+}
+
+# start_mirror SITE: start the site's rbd-mirror unless it runs. It takes
+# its own cluster's configuration from CEPH_CONF and the working directory
+# (it does not read -c for that connection); -c in its command line names
+# the site for mirror_pid. It looks for new images and peers, and reports
+# on each image, every MIRROR_INTERVAL seconds instead of 30: the tests
+# wait for those reports.
+start_mirror() {
+	local site=$1 d pid i
+	d=$(site_dir "$site")
+	[[ -n $(mirror_pid "$site") ]] && return 0
+	(
+		cd "$d"
+		CEPH_CONF=$d/ceph.conf exec setsid rbd-mirror -c "$d/ceph.conf" --id admin -f \
+			--log-file "$d/log/rbd-mirror.log" --admin-socket "$d/run/rbd-mirror.asok" \
+			--rbd_mirror_image_state_check_interval "$MIRROR_INTERVAL" \
+			--rbd_mirror_pool_replayers_refresh_interval "$MIRROR_INTERVAL" \
+			</dev/null >>"$d/log/rbd-mirror.out" 2>&1
+	) &
+	echo $! >"$d/rbd-mirror.pid"
+	for ((i = 0; i < 50; i++)); do
+		pid=$(mirror_pid "$site")
+		[[ -n $pid ]] && break
+		sleep 0.1
+	done
+	[[ -n $pid ]] || {
+		tail -n 20 "$d/log/rbd-mirror.out" "$d/log/rbd-mirror.log" >&2 || true
+		die "rbd-mirror of site $site did not start"
+	}
+}
+
+stop_mirror() {
+	local site=$1 pid i
+	pid=$(mirror_pid "$site")
+	[[ -n $pid ]] || return 0
+	kill -TERM "$pid" 2>/dev/null || true
+	for ((i = 0; i < 100; i++)); do
+		if [[ -z $(mirror_pid "$site") ]]; then
+			# Reap it when this shell started it (run), so no zombie
+			# stays behind until this script ends.
+			wait "$pid" 2>/dev/null || true
+			return 0
+		fi
+		sleep 0.1
+	done
+	log "SIGKILL rbd-mirror $pid of site $site (alive 10 s after SIGTERM)"
+	kill -KILL "$pid" 2>/dev/null || true
+	for ((i = 0; i < 50; i++)); do
+		[[ -n $(mirror_pid "$site") ]] || return 0
+		sleep 0.1
+	done
+	die "rbd-mirror $pid of site $site still alive after SIGKILL"
+}
+
+# peered SITE: the site's pool has a mirror peer (a non-empty "peers"
+# list; each peer has a "uuid").
+peered() {
+	rbd_at "$1" mirror pool info "$POOL" --format json | grep -q '"peers":\[{"uuid"'
+}
+
+cmd_up() {
+	local t0=$SECONDS
+	if [[ -e $DIR && ! -e $DIR/$MARKER && -n $(ls -A "$DIR") ]]; then
+		die "$DIR exists, is not empty and is not a $PROG directory"
+	fi
+	mkdir -p "$DIR"
+	touch "$DIR/$MARKER"
+	# Both clusters at once: each takes the port lock only to start its mon.
+	CEPH_ADDR=$ADDR_A CEPH_WITH_MGR=1 CEPH_EC_POOL=0 "$here/ceph-cluster.sh" up "$(site_dir a)" >"$DIR/a.up.log" 2>&1 &
+	local pa=$!
+	CEPH_ADDR=$ADDR_B CEPH_WITH_MGR=1 CEPH_EC_POOL=0 "$here/ceph-cluster.sh" up "$(site_dir b)" >"$DIR/b.up.log" 2>&1 &
+	local pb=$! ok=1
+	wait "$pa" || ok=0
+	wait "$pb" || ok=0
+	cat "$DIR/a.up.log" "$DIR/b.up.log" >&2
+	((ok)) || die "a cluster did not come up"
+	rbd_at a mirror pool enable "$POOL" image --site-name site-a >/dev/null
+	rbd_at b mirror pool enable "$POOL" image --site-name site-b >/dev/null
+	if ! peered a || ! peered b; then
+		(
+			umask 077
+			rbd_at a mirror pool peer bootstrap create --site-name site-a "$POOL" >"$DIR/token"
+		)
+		rbd_at b mirror pool peer bootstrap import --site-name site-b --direction rx-tx "$POOL" "$DIR/token" 2>>"$DIR/b.up.log" >/dev/null
+		rm -f "$DIR/token"
+		if ! peered a || ! peered b; then die "the pools did not peer"; fi
+	fi
+	start_mirror a
+	start_mirror b
+	{
+		printf 'export DR_A_DIR=%q\n' "$(site_dir a)"
+		printf 'export DR_B_DIR=%q\n' "$(site_dir b)"
+	} >"$DIR/env.tmp"
+	mv "$DIR/env.tmp" "$DIR/env"
+	echo "up: $DIR sites a ($ADDR_A) and b ($ADDR_B) peered, rbd-mirror on each, in $((SECONDS - t0)) s"
+}
+
+cmd_down() {
+	[[ -e $DIR ]] || return 0
+	# Never remove a directory this script did not make.
+	[[ -e $DIR/$MARKER || -z $(ls -A "$DIR") ]] || die "$DIR is not a $PROG directory (no $MARKER); not touching it"
+	local s
+	for s in a b; do
+		[[ -d $(site_dir "$s") ]] && stop_mirror "$s"
+	done
+	for s in a b; do
+		"$here/ceph-cluster.sh" down "$(site_dir "$s")"
+	done
+	rm -rf --one-file-system "$DIR"
+}
+
+cmd_status() {
+	local s rc=0
+	for s in a b; do
+		echo "== site $s: rbd-mirror pid $(mirror_pid "$s")"
+		"$here/ceph-cluster.sh" status "$(site_dir "$s")" || rc=1
+		rbd_at "$s" mirror pool info "$POOL" || rc=1
+		[[ -n $(mirror_pid "$s") ]] || {
+			log "rbd-mirror of site $s is not running"
+			rc=1
+		}
+	done
+	return "$rc"
+}
+
+cmd_run() {
+	DIR=$(mktemp -d /tmp/rbdcsi-dr.XXXXXX)
+	trap 'cmd_down >/dev/null 2>&1 || true' EXIT INT TERM
+	cmd_up
+	set -a
+	# shellcheck disable=SC1091
+	source "$DIR/env"
+	set +a
+	"$@"
+}
+
+main() {
+	(($# >= 1)) || usage
+	local cmd=$1
+	shift
+	if [[ $cmd == run ]]; then
+		(($# >= 1)) || usage
+		cmd_run "$@"
+		return
+	fi
+	if (($# != 1)) || [[ -z $1 ]]; then usage; fi
+	DIR=$(realpath -m -- "$1")
+	[[ $DIR != / ]] || die "refusing to use / as the directory"
+	case $cmd in
+	up) cmd_up ;;
+	down) cmd_down ;;
+	status) cmd_status ;;
+	*) usage ;;
+	esac
+}
+
+main "$@"
