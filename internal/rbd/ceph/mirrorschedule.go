@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/ceph/go-ceph/rados"
 	"github.com/ceph/go-ceph/rbd/admin"
@@ -25,6 +26,17 @@ func imageLevel(p rbd.Pool, image string) (admin.LevelSpec, string) {
 	return admin.NewLevelSpec(p.Name, p.Namespace, image), name
 }
 
+// scheduleErr classifies a schedule command's error. The mgr loads its
+// modules after it starts, and until rbd_support is loaded it answers
+// "No handler found" (EINVAL): that is a state to wait out, not a bad
+// argument.
+func scheduleErr(err error) error {
+	if err != nil && strings.Contains(err.Error(), "No handler found") {
+		return fmt.Errorf("%w: the mgr's rbd_support module is not loaded (yet): %v", rbd.ErrUnavailable, err)
+	}
+	return classify(err)
+}
+
 // withSchedules runs fn on the mgr's schedule interface; a refusal names
 // the mgr caps the user needs.
 func (b *Backend) withSchedules(ctx context.Context, p rbd.Pool, op string, fn func(*admin.MirrorSnashotScheduleAdmin) error) error {
@@ -41,7 +53,7 @@ func (b *Backend) MirrorSchedules(ctx context.Context, p rbd.Pool, image string)
 		level, name := imageLevel(p, image)
 		list, err := s.List(level)
 		if err != nil {
-			return fmt.Errorf("mirror snapshot schedules of %s: %w", name, classify(err))
+			return fmt.Errorf("mirror snapshot schedules of %s: %w", name, scheduleErr(err))
 		}
 		for _, l := range list {
 			if l.Name != name {
@@ -64,7 +76,7 @@ func (b *Backend) AddMirrorSchedule(ctx context.Context, p rbd.Pool, image strin
 	return b.withSchedules(ctx, p, "AddMirrorSchedule", func(s *admin.MirrorSnashotScheduleAdmin) error {
 		level, name := imageLevel(p, image)
 		if err := s.Add(level, admin.Interval(sched.Interval), admin.StartTime(sched.StartTime)); err != nil {
-			return fmt.Errorf("adding mirror snapshot schedule %s of %s: %w", sched, name, classify(err))
+			return fmt.Errorf("adding mirror snapshot schedule %s of %s: %w", sched, name, scheduleErr(err))
 		}
 		return nil
 	})
@@ -75,7 +87,7 @@ func (b *Backend) AddMirrorSchedule(ctx context.Context, p rbd.Pool, image strin
 func (b *Backend) RemoveMirrorSchedule(ctx context.Context, p rbd.Pool, image string, sched rbd.MirrorSchedule) error {
 	return b.withSchedules(ctx, p, "RemoveMirrorSchedule", func(s *admin.MirrorSnashotScheduleAdmin) error {
 		level, name := imageLevel(p, image)
-		err := classify(s.Remove(level, admin.Interval(sched.Interval), admin.StartTime(sched.StartTime)))
+		err := scheduleErr(s.Remove(level, admin.Interval(sched.Interval), admin.StartTime(sched.StartTime)))
 		if err != nil && !errors.Is(err, rbd.ErrNotFound) {
 			return fmt.Errorf("removing mirror snapshot schedule %s of %s: %w", sched, name, err)
 		}

@@ -1,6 +1,7 @@
 package rbdtest
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -137,8 +138,21 @@ func testMirrorSchedules(t *testing.T, s *suite) {
 		slices.Sort(out)
 		return out
 	}
-	if got := list("of a new image"); len(got) != 0 {
-		t.Fatalf("a new image has schedules %v", got)
+	// The mgr loads rbd_support after it starts: until then the
+	// schedules are unavailable, which is all a fresh cluster may say.
+	var fresh []rbd.MirrorSchedule
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var err error
+		fresh, err = b.MirrorSchedules(s.ctx(), p, name)
+		if !errors.Is(err, rbd.ErrUnavailable) || time.Now().After(deadline) {
+			s.must(err, "MirrorSchedules of a new image")
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if len(fresh) != 0 {
+		t.Fatalf("a new image has schedules %v", fresh)
 	}
 	hourly := rbd.MirrorSchedule{Interval: "1h"}
 	s.must(b.AddMirrorSchedule(s.ctx(), p, name, hourly), "AddMirrorSchedule")
