@@ -298,18 +298,30 @@ func (k *kube) groupMembers(group string) map[string]string {
 			} `json:"status"`
 		} `json:"items"`
 	}
-	k.get(&list, "volumesnapshots")
+	owned := func(i int) bool {
+		for _, o := range list.Items[i].Metadata.OwnerReferences {
+			if o.Kind == "VolumeGroupSnapshot" && o.Name == group {
+				return true
+			}
+		}
+		return false
+	}
+	// The snapshot-controller names the group in a member's status after it
+	// makes the member its owner, and may do so after the group is ready.
+	eventually(k.t, shortWait, "the members of "+group+" naming it in their status, and only they", func() (bool, string) {
+		list.Items = nil
+		k.get(&list, "volumesnapshots")
+		for i, s := range list.Items {
+			inStatus := s.Status != nil && s.Status.VolumeGroupSnapshotName != nil && *s.Status.VolumeGroupSnapshotName == group
+			if owned(i) != inStatus {
+				return false, fmt.Sprintf("VolumeSnapshot %s: owned by %s: %v, named in its status: %v", s.Metadata.Name, group, owned(i), inStatus)
+			}
+		}
+		return true, ""
+	})
 	out := map[string]string{}
-	for _, s := range list.Items {
-		owned := false
-		for _, o := range s.Metadata.OwnerReferences {
-			owned = owned || (o.Kind == "VolumeGroupSnapshot" && o.Name == group)
-		}
-		inStatus := s.Status != nil && s.Status.VolumeGroupSnapshotName != nil && *s.Status.VolumeGroupSnapshotName == group
-		if owned != inStatus {
-			k.t.Errorf("VolumeSnapshot %s: owned by %s: %v, named in its status: %v", s.Metadata.Name, group, owned, inStatus)
-		}
-		if !owned {
+	for i, s := range list.Items {
+		if !owned(i) {
 			continue
 		}
 		src := s.Spec.Source.PersistentVolumeClaimName
