@@ -8,8 +8,8 @@ import (
 
 // startController builds the Controller service from the flags: its own
 // credentials (--controller-secret-dir) for the calls that carry none,
-// the node registry, and the KMS configuration with the Secret its KEK
-// rotation reads. Close stops its upkeep.
+// the node registry, and the KMS configuration with the KEK Secrets its
+// rotation reads (--kms-secret-dir). Close stops its upkeep.
 func startController(f flags, w wiring) (*controller.Controller, error) {
 	var cred *cluster.Credentials
 	if f.secretDir != "" {
@@ -26,9 +26,15 @@ func startController(f flags, w wiring) (*controller.Controller, error) {
 	o := f.ctrl
 	o.Backend, o.Clusters, o.Credentials, o.Fault, o.Upkeep = w.backend, w.clusters, cred, w.fault, w.obs.upkeep
 	o.KMS, o.Locks = w.kms, w.locks
-	if dir := f.secretDir; dir != "" && w.kms != nil {
+	if dir := f.kmsSecretDir; dir != "" && w.kms != nil {
 		// Re-read at every pass: a rotation adds a KEK to the Secret.
-		o.KMSSecrets = func() (map[string]string, error) { return kms.SecretsFromDir(dir) }
+		o.KMSSecrets = func() (map[string]string, error) {
+			s, err := kms.SecretsFromDir(dir)
+			if o.AllowKEKsWithCredentials {
+				s = kms.WithoutCredentials(s)
+			}
+			return s, err
+		}
 	}
 	if nodes != nil {
 		o.Nodes = nodes

@@ -41,6 +41,7 @@ type flags struct {
 	clusterConfig string
 	kmsConfig     string
 	secretDir     string
+	kmsSecretDir  string
 	cephTimeout   time.Duration
 	grace         time.Duration
 	ctrl          controller.Options
@@ -69,8 +70,9 @@ func parseFlags(args []string) (flags, error) {
 	fs.StringVar(&f.mode, "mode", "all", "services to run: controller, node or all")
 	fs.StringVar(&f.clusterConfig, "cluster-config", "/etc/rbdcsi/cluster-config.json", "JSON list of {clusterID, monitors[]}")
 	fs.StringVar(&f.kmsConfig, "kms-config", "", "JSON map from KMS ID (a StorageClass's encryptionKMSID) to where its key encryption keys come from (docs/encryption.md); empty: encrypted classes are refused")
-	fs.DurationVar(&f.ctrl.KEKRotationInterval, "kek-rotation-interval", upkeep.DefaultKEKRotationInterval, "with --kms-config and --controller-secret-dir: how often the controller re-wraps the data keys of encrypted volumes whose KEK is not their KMS's current one, with the KEKs in that Secret")
-	fs.StringVar(&f.secretDir, "controller-secret-dir", "", "directory with userID and userKey files (a mounted Secret) for the controller calls that carry no secrets: ListVolumes, GetCapacity, ControllerGetVolume")
+	fs.DurationVar(&f.ctrl.KEKRotationInterval, "kek-rotation-interval", upkeep.DefaultKEKRotationInterval, "with --kms-config, --controller-secret-dir and --kms-secret-dir: how often the controller re-wraps the data keys of encrypted volumes whose KEK is not their KMS's current one, with the keys in --kms-secret-dir")
+	fs.StringVar(&f.secretDir, "controller-secret-dir", "", "directory with userID and userKey files (a mounted Secret): the controller's own Ceph user, for the calls whose secrets name none (every call of a StorageClass that names no Secret or only a KEK Secret, ListVolumes, GetCapacity, ControllerGetVolume, the background work)")
+	fs.StringVar(&f.kmsSecretDir, "kms-secret-dir", "", "controller: directory of the KMS keys (mounted KEK Secrets, one keyPrefix per KMS; KMIP client credentials) the KEK rotation re-wraps with; empty: no rotation")
 	fs.DurationVar(&f.cephTimeout, "ceph-timeout", 10*time.Second, "bound on every Ceph operation")
 	fs.DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long in-flight calls may run after SIGTERM")
 	fs.IntVar(&f.ctrl.CloneDepthSoft, "clone-depth-soft", controller.DefaultCloneDepthSoft, "clones deeper than this are flattened in the background")
@@ -95,6 +97,7 @@ func parseFlags(args []string) (flags, error) {
 	})
 	fs.DurationVar(&f.ctrl.FenceExpiry, "fence-expiry", controller.DefaultFenceExpiry, "with --node-registry: how long the Ceph clients of a node that still had a single-node volume open when it was detached (a force detach) stay blocklisted, unless the node lifts them when it unstages the volume. A cut-off node whose mapping outlives this may write again: make it longer than a node may stay cut off")
 	fs.IntVar(&f.maxCtrlCalls, "max-controller-calls", driver.DefaultMaxControllerCalls, "most controller calls that work in Ceph at once (creates, deletes, snapshots, expansions, attachments); the rest wait their turn up to their deadline, which bounds the memory a burst from the sidecars takes. Probes, node calls and capabilities never wait. 0: no bound")
+	fs.BoolVar(&f.ctrl.AllowKEKsWithCredentials, "allow-keks-with-credentials", false, "controller and node: use KEKs (and KMIP client keys) found in a Secret that also holds a Ceph key, as releases before this one kept them; refused otherwise (docs/encryption.md#keys-and-credentials)")
 	fs.BoolVar(&f.ctrl.AllowInsecureMapOptions, "allow-insecure-map-options", false, "controller and node: let StorageClasses' mapOptions switch off cephx message signatures and data CRCs (nocrc, nocephx_require_signatures, nocephx_sign_messages); refused otherwise")
 	fs.StringVar(&f.pprofAddr, "pprof-address", "", "host:port to serve Go's profiles on, at /debug/pprof/ (e.g. 127.0.0.1:6060), to measure where time and memory go; empty (the default) turns it off")
 	fs.StringVar(&f.metricsAddr, "metrics-address", "", "host:port to serve Prometheus metrics on, at /metrics (e.g. :9809); empty turns metrics off")

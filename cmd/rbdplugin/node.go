@@ -140,6 +140,14 @@ func newNode(f flags, clusters *cluster.Map, backend nodeBackend, kmsConfig kms.
 	if err := luks.PrepareHeaderDir(headerDir); err != nil {
 		return nil, nil, fmt.Errorf("--state-dir: %w", err)
 	}
+	var cred *cluster.Credentials
+	if dir := f.registry.nodeSecretDir; dir != "" {
+		c, err := cluster.CredentialsFromDir(dir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--node-secret-dir: %w", err)
+		}
+		cred = &c
+	}
 	run := command.ExecRunner{Timeout: nf.mapTimeout}
 	mappers := map[string]mapper.Mapper{
 		mapper.KRBD: mapper.NewKRBD(mapper.CLIOptions{Runner: run, Keys: keys, CrushLocation: crush}),
@@ -155,22 +163,24 @@ func newNode(f flags, clusters *cluster.Map, backend nodeBackend, kmsConfig kms.
 		// No systemd scopes: they serve FUSE mount helpers, and the only
 		// FUSE daemon here (rbd-fuse) is started by the plugin itself.
 		// runs: mount umount (k8s.io/mount-utils mounts and unmounts with them)
-		Mounter:                 mount.NewWithoutSystemd(""),
-		Runner:                  command.ExecRunner{Timeout: nf.fsTimeout},
-		StateDir:                nf.stateDir,
-		MaxVolumesPerNode:       nf.maxVolumes,
-		Topology:                topology,
-		Clusters:                clusters,
-		Fence:                   backend.fence,
-		Unfence:                 backend.unfence,
-		Lifts:                   backend.lifts,
-		Fault:                   fault,
-		CgroupRoot:              nf.cgroupRoot,
-		AllowInsecureMapOptions: f.ctrl.AllowInsecureMapOptions,
-		Crypt:                   luks.New(luks.Options{Runner: run, HeaderDir: headerDir}),
-		Images:                  backend.images,
-		KMS:                     kmsConfig,
-		MkfsPrezeroed:           node.MkfsPrezeroed(context.Background(), command.ExecRunner{}),
+		Mounter:                  mount.NewWithoutSystemd(""),
+		Runner:                   command.ExecRunner{Timeout: nf.fsTimeout},
+		StateDir:                 nf.stateDir,
+		MaxVolumesPerNode:        nf.maxVolumes,
+		Topology:                 topology,
+		Clusters:                 clusters,
+		Fence:                    backend.fence,
+		Unfence:                  backend.unfence,
+		Lifts:                    backend.lifts,
+		Fault:                    fault,
+		CgroupRoot:               nf.cgroupRoot,
+		AllowInsecureMapOptions:  f.ctrl.AllowInsecureMapOptions,
+		Credentials:              cred,
+		AllowKEKsWithCredentials: f.ctrl.AllowKEKsWithCredentials,
+		Crypt:                    luks.New(luks.Options{Runner: run, HeaderDir: headerDir}),
+		Images:                   backend.images,
+		KMS:                      kmsConfig,
+		MkfsPrezeroed:            node.MkfsPrezeroed(context.Background(), command.ExecRunner{}),
 	})
 	if err != nil {
 		return nil, nil, err

@@ -24,7 +24,7 @@ func addRegistryFlags(fs *flag.FlagSet) *registryFlags {
 	r := &registryFlags{}
 	fs.StringVar(&r.location, "node-registry", "", "clusterID/pool of the RADOS object where node plugins keep heartbeats; the controller attaches volumes only to nodes found there. Empty: no attachments (ControllerPublish is not offered)")
 	fs.DurationVar(&r.ttl, "node-registry-ttl", 2*time.Minute, "a node whose last heartbeat is older than this is unknown to the controller; nodes beat every fifth of it")
-	fs.StringVar(&r.nodeSecretDir, "node-secret-dir", "", "directory with userID and userKey files (a mounted Secret) the node plugin writes its heartbeat with")
+	fs.StringVar(&r.nodeSecretDir, "node-secret-dir", "", "node: directory with userID and userKey files (a mounted Secret): the node plugin's own Ceph user, which writes its heartbeat and maps the volumes of calls whose secrets name no Ceph user (docs/install.md#3-the-ceph-users)")
 	return r
 }
 

@@ -98,7 +98,7 @@ func TestRefusedBlocklist(t *testing.T) {
 		{"Blocklist by the lifting user", lifter, func(ctx context.Context) error {
 			return backend.Blocklist(ctx, c.MonHost, lifter, addr, time.Minute)
 		}, cluster.CapMon},
-		{"Unblocklist by the CSI user", csi, func(ctx context.Context) error { return backend.Unblocklist(ctx, c.MonHost, csi, addr) }, cluster.CapLift},
+		{"Unblocklist by the CSI user", csi, func(ctx context.Context) error { return backend.Unblocklist(ctx, c.MonHost, csi, addr) }, cluster.CapNodeMon},
 	} {
 		err := tc.call(harness.Ctx(t))
 		if !errors.Is(err, rbd.ErrPermission) {

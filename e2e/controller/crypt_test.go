@@ -60,9 +60,15 @@ func newKEK(t *testing.T) string {
 	return base64.StdEncoding.EncodeToString(b)
 }
 
-// secrets are the CSI user's plus the KEKs of the named tenants ("a", "b").
+// secrets are a KEK Secret with the KEKs of the named tenants ("a", "b"),
+// as an encrypted class names it; with none, the CSI user's, as a class
+// that names a Ceph user of its own does. The controller acts as its own
+// user (--controller-secret-dir) for calls whose secrets name none.
 func (e cryptEnv) secrets(tenants ...string) map[string]string {
-	s := e.c.Secrets()
+	if len(tenants) == 0 {
+		return e.c.Secrets()
+	}
+	s := map[string]string{}
 	for _, t := range tenants {
 		switch t {
 		case "a":
@@ -245,6 +251,8 @@ func TestCryptRefusals(t *testing.T) {
 	harness.Must(t, err, "CreateSnapshot")
 	t.Cleanup(func() { e.deleteSnapshot(t, plainSnap.SnapshotId) })
 	before := e.c.Images(t)
+	mixed := e.c.Secrets()
+	maps.Copy(mixed, e.secrets("a"))
 
 	for _, tc := range []struct {
 		name, kms string
@@ -261,6 +269,7 @@ func TestCryptRefusals(t *testing.T) {
 		{"no KEK at all", "tenant-a", e.c.Secrets(), nil, codes.FailedPrecondition, "encryptionKEK."},
 		{"a key record copied from another image", "tenant-a", e.secrets("a"), fromVolume(copied.VolumeId), codes.FailedPrecondition, "copied from another image"},
 		{"unknown KMS", "tenant-z", e.secrets("a"), nil, codes.InvalidArgument, "tenant-z"},
+		{"KEKs beside a Ceph key", "tenant-a", mixed, nil, codes.FailedPrecondition, "--allow-keks-with-credentials"},
 	} {
 		_, err := e.createIn(t, "crypt-refused", tc.kms, tc.sec, tc.src)
 		wantCode(t, err, tc.code, tc.name)

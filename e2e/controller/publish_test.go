@@ -18,7 +18,9 @@ import (
 // attachEnv is a controller plus two node plugins (node-a, node-b) that
 // register themselves in the node registry, all on one machine. The nodes
 // run as a node user with the caps docs/install.md#3-the-ceph-users gives
-// it: write the registry object, lift blocklist entries (their fences).
+// it: map and use the pool's images, write the registry object, lift
+// blocklist entries (their fences). Their stages carry no secrets: they
+// map as that user, as with the shipped StorageClasses.
 type attachEnv struct {
 	env
 	nodes     map[string]nodePlugin
@@ -52,18 +54,11 @@ func newAttachEnv(t *testing.T, ctrlFlags ...string) attachEnv {
 	registry := []string{"--node-registry", c.ClusterID + "/" + c.Pool, "--node-registry-ttl", "30s"}
 	args := append([]string{"--mode", "controller", "--controller-secret-dir", ctrlSecretDir}, registry...)
 	p := harness.StartPlugin(t, c, append(args, ctrlFlags...)...)
-	user := c.Name("rbdcsi-node-attach")
-	key := c.NewUser(t, user, nodeUserCaps(c)...)
-	e := attachEnv{env: env{c: c, p: p, cc: p.Controller()}, nodes: map[string]nodePlugin{}, secretDir: writeSecretDir(t, user, key),
+	secretDir, user, key := c.NodeSecretDir(t, "rbdcsi-node-attach")
+	e := attachEnv{env: env{c: c, p: p, cc: p.Controller()}, nodes: map[string]nodePlugin{}, secretDir: secretDir,
 		registry: registry, user: user, key: key}
 	t.Cleanup(func() { c.ExpectNoImages(t) })
 	return e
-}
-
-// nodeUserCaps are the node user's caps in docs/install.md#3-the-ceph-users.
-func nodeUserCaps(c harness.Cluster) []string {
-	return []string{"mon", `allow r, allow command "osd blocklist" with blocklistop=rm`,
-		"osd", "allow rwx pool=" + c.Pool + " object_prefix rbdcsi.nodes"}
 }
 
 // writeSecretDir writes a user's credentials as a mounted Secret holds them
@@ -238,7 +233,7 @@ func TestConcurrentPublishOneWinner(t *testing.T) {
 
 func (e attachEnv) stage(t *testing.T, node string, vol *csi.Volume, staging string) error {
 	_, err := e.nodes[node].Node().NodeStageVolume(harness.Ctx(t), &csi.NodeStageVolumeRequest{
-		VolumeId: vol.VolumeId, StagingTargetPath: staging, VolumeContext: vol.VolumeContext, Secrets: e.c.Secrets(),
+		VolumeId: vol.VolumeId, StagingTargetPath: staging, VolumeContext: vol.VolumeContext,
 		VolumeCapability: capOf(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, false),
 	})
 	return err

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 )
 
 // InNamespace writes a cluster map with one more entry, clusterID ns, for
@@ -81,4 +83,31 @@ func (c Cluster) NewUser(t testing.TB, id string, caps ...string) string {
 		t.Fatalf("ceph auth print-key %s printed nothing", entity)
 	}
 	return fields[len(fields)-1]
+}
+
+// NodeUserCaps are the node user's caps as docs/install.md#3-the-ceph-users gives
+// them (cluster.NodeMon, cluster.NodeOSD), for c's pool, data pool and
+// namespace, with the node registry object in c's pool.
+func (c Cluster) NodeUserCaps() []string {
+	var data []string
+	if c.DataPool != "" {
+		data = append(data, c.DataPool)
+	}
+	return []string{"mon", cluster.NodeMon, "osd", cluster.NodeOSD(c.Namespace, c.Pool, "rbdcsi.nodes", []string{c.Pool}, data)}
+}
+
+// NodeSecretDir makes a node user with NodeUserCaps, named after base,
+// removed when the test ends, and writes its credentials as a mounted
+// Secret holds them (--node-secret-dir).
+func (c Cluster) NodeSecretDir(t testing.TB, base string) (dir, user, key string) {
+	t.Helper()
+	user = c.Name(base)
+	key = c.NewUser(t, user, c.NodeUserCaps()...)
+	dir = t.TempDir()
+	for name, v := range map[string]string{"userID": user, "userKey": key} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, user, key
 }

@@ -74,7 +74,10 @@ func TestBadInput(t *testing.T) {
 		{"stage: unknown mounter", stage(func(r *csi.NodeStageVolumeRequest) { r.VolumeContext["mounter"] = "magic" }), codes.InvalidArgument},
 		{"stage: pool not the volume's", stage(func(r *csi.NodeStageVolumeRequest) { r.VolumeContext["pool"] = "other" }), codes.InvalidArgument},
 		{"stage: mapOptions smuggling an argument", stage(func(r *csi.NodeStageVolumeRequest) { r.VolumeContext["mapOptions"] = "ro --id=admin" }), codes.InvalidArgument},
-		{"stage: missing secrets", stage(func(r *csi.NodeStageVolumeRequest) { r.Secrets = nil }), codes.InvalidArgument},
+		{"stage: a user but no key", stage(func(r *csi.NodeStageVolumeRequest) { r.Secrets = map[string]string{"userID": "csi"} }), codes.InvalidArgument},
+		{"stage: a key that is not one", stage(func(r *csi.NodeStageVolumeRequest) {
+			r.Secrets = map[string]string{"userID": "csi", "userKey": "not a key; rm -rf /"}
+		}), codes.InvalidArgument},
 		{"stage: flag with a comma", stage(func(r *csi.NodeStageVolumeRequest) { r.VolumeCapability = withFlags("noatime,remount") }), codes.InvalidArgument},
 		{"stage: flag with a space", stage(func(r *csi.NodeStageVolumeRequest) { r.VolumeCapability = withFlags("ro rw") }), codes.InvalidArgument},
 		{"stage: flag like an option", stage(func(r *csi.NodeStageVolumeRequest) { r.VolumeCapability = withFlags("--bind") }), codes.InvalidArgument},

@@ -58,9 +58,9 @@ func setupCrypt(t *testing.T, extraArgs ...string) *env {
 	keks := map[string]string{"encryptionKEK.k1": newKEK(t), "tenantBKEK.b1": newKEK(t)}
 	// The controller's own Secret holds the KEKs too: it re-wraps with them
 	// (a later flag of the same name wins over setup's).
-	secretDir := harness.WriteControllerSecretDir(t, harness.LoadCluster(t))
+	secretDir := t.TempDir() // the KEK Secret, which holds no Ceph key
 	writeSecretKeys(t, secretDir, keks)
-	args := []string{"--kms-config", conf, "--controller-secret-dir", secretDir, "--kek-rotation-interval", "1s"}
+	args := []string{"--kms-config", conf, "--kms-secret-dir", secretDir, "--kek-rotation-interval", "1s"}
 	e := setup(t, append(args, extraArgs...)...)
 	e.keks, e.secretDir = keks, secretDir
 	return e
@@ -252,7 +252,8 @@ func (e *env) expectNoPlaintext(v *csi.Volume) {
 }
 
 // A wrong KEK (same ID, other bytes) is PermissionDenied and a missing
-// one FailedPrecondition, each naming the KMS; neither maps anything nor
+// one FailedPrecondition, each naming the KMS, as is a KEK Secret that
+// holds a Ceph key; none maps anything or
 // changes the volume, which then stages with the right key.
 func TestEncryptedVolumeKeyRefusals(t *testing.T) {
 	e := setupCrypt(t)
@@ -275,6 +276,13 @@ func TestEncryptedVolumeKeyRefusals(t *testing.T) {
 		t.Errorf("the refusal does not name the secret key it wants: %v", err)
 	}
 	e.keks = right
+	mixed := e.stageReq(v, staging, c)
+	maps.Copy(mixed.Secrets, e.c.Secrets())
+	_, err = e.nc.NodeStageVolume(ctx(t), mixed)
+	expectCode(t, err, codes.FailedPrecondition, "stage with KEKs beside a Ceph key")
+	if err != nil && !strings.Contains(err.Error(), "--allow-keks-with-credentials") {
+		t.Errorf("the refusal does not say how to proceed: %v", err)
+	}
 	if left := leftovers(e.dir); len(left) > 0 {
 		t.Fatalf("refused stages left: %v", left)
 	}

@@ -47,15 +47,15 @@ func TestEncryptedWithKMIP(t *testing.T) {
 	writeKMIPConfig(t, conf, srv.Endpoint, kek1)
 	t.Cleanup(func() { _ = os.Remove(conf) })
 	// The KMIP client's credentials go in every call's secrets
-	// (CreateVolume wraps, the node unwraps) and in the controller's own
-	// Secret, with which the rotation pass re-wraps; as keks, the checks
-	// at the end look for them in logs, command lines and files.
+	// (CreateVolume wraps, the node unwraps) and in the KEK Secret the
+	// controller mounts, with which the rotation pass re-wraps; as keks,
+	// the checks at the end look for them in logs, command lines and files.
 	creds := map[string]string{
 		"kmipCA": string(srv.PKI.CA), "kmipClientCert": string(srv.ClientCert), "kmipClientKey": string(srv.ClientKey),
 	}
-	secretDir := harness.WriteControllerSecretDir(t, harness.LoadCluster(t))
+	secretDir := t.TempDir() // the KEK Secret, which holds no Ceph key
 	writeSecretKeys(t, secretDir, creds)
-	e := setup(t, "--kms-config", conf, "--controller-secret-dir", secretDir, "--kek-rotation-interval", "1s")
+	e := setup(t, "--kms-config", conf, "--kms-secret-dir", secretDir, "--kek-rotation-interval", "1s")
 	e.keks, e.secretDir = creds, secretDir
 
 	c := mountCap("ext4", singleWriter)

@@ -60,16 +60,18 @@ type env struct {
 	// keks are secret keys beyond the Ceph user's that calls carry (the
 	// KEKs of encrypted volumes), kept out of logs and files like the key.
 	keks map[string]string
-	// secretDir is the controller's --controller-secret-dir when a test
-	// set its own (setupCrypt).
+	// secretDir is the controller's --kms-secret-dir when a test set one
+	// (setupCrypt): the KEK Secret, for the rotation.
 	secretDir string
+	nodeKey   string // the node user's key (--node-secret-dir)
 }
 
-// secrets are what the test's calls carry: the Ceph user and any KEKs.
+// secrets are what the test's calls carry: the KEKs, if any, and no Ceph
+// user, as with the shipped StorageClasses. The controller acts as the CSI
+// user (--controller-secret-dir), the node as the node user of the install
+// guide's caps (--node-secret-dir): every stage maps with those caps.
 func (e *env) secrets() map[string]string {
-	s := e.c.Secrets()
-	maps.Copy(s, e.keks)
-	return s
+	return maps.Clone(e.keks)
 }
 
 // mounter is the mapper the suite stages with: $RBDCSI_E2E_MOUNTER (krbd or
@@ -106,8 +108,10 @@ func setupWith(t *testing.T, c harness.Cluster, extraArgs ...string) *env {
 	dir := filepath.Join(root, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
 	harness.Must(t, os.MkdirAll(dir, 0o755), "mkdir")
 	e := &env{t: t, c: c, dir: dir, state: filepath.Join(dir, "state")}
+	var nodeDir string
+	nodeDir, _, e.nodeKey = c.NodeSecretDir(t, "rbdcsi-node-e2e")
 	args := []string{"--mode", "all", "--nodeid", "test-node", "--default-mounter", mounter(),
-		"--state-dir", e.state, "--controller-secret-dir", harness.WriteControllerSecretDir(t, c), "--v", "4",
+		"--state-dir", e.state, "--controller-secret-dir", harness.WriteControllerSecretDir(t, c), "--node-secret-dir", nodeDir, "--v", "4",
 		// Under emulation a map takes several times as long.
 		"--map-timeout", (harness.Slowdown() * time.Minute).String()}
 	e.p = harness.StartPlugin(t, c, append(args, extraArgs...)...)
@@ -136,7 +140,7 @@ func setupWith(t *testing.T, c harness.Cluster, extraArgs ...string) *env {
 // key (CEPH_CSI_KEY), and every process started from it inherits it.
 func (e *env) expectKeyNowhere() {
 	e.t.Helper()
-	keys := map[string]string{"the Ceph key": e.c.CSIKey}
+	keys := map[string]string{"the Ceph key": e.c.CSIKey, "the node user's key": e.nodeKey}
 	for name, kek := range e.keks {
 		if !strings.HasSuffix(name, "Current") { // names a KEK, holds none
 			keys[name] = kek

@@ -16,9 +16,66 @@ const CapsDoc = "docs/install.md#3-the-ceph-users"
 // OSD blocklist entries (fencing).
 const CapMon = "mon 'profile rbd'"
 
-// CapLift is the node user's monitor cap: connecting, and lifting the OSD
-// blocklist entries of its own node's fences.
-const CapLift = `mon 'allow r, allow command "osd blocklist" with blocklistop=rm'`
+// NodeMon is the node user's monitor cap: what every RBD client needs
+// (profile rbd: the maps, and a blocklist entry for the dead owner of an
+// exclusive lock that librbd or krbd breaks) and lifting the OSD blocklist
+// entries of its own node's fences.
+const NodeMon = `profile rbd, allow command "osd blocklist" with blocklistop=rm`
+
+// CapNodeMon is NodeMon as `ceph auth caps` takes it.
+const CapNodeMon = "mon '" + NodeMon + "'"
+
+// nodeStageGrants are the OSD grants that map and use the images of a pool:
+// read and write data, object maps and headers, and the clone parents'
+// children lists; read the pool's directory objects (rbd-fuse lists the
+// pool, and a listing reads the trash). Whole headers, not only their
+// watch, lock and metadata: a client that holds an image's exclusive lock
+// executes the snapshots, resizes and flattens other clients ask of it
+// (librbd forwards them to the lock owner), so the node's librbd-based
+// mappers (nbd, fuse) carry out the controller's. No write to the pool's
+// directory, ID or trash objects: the user cannot create, remove, rename
+// or trash images. The pool's own metadata (rbd_info, read at every open)
+// is in its default namespace, outside a tenant's: that grant names no
+// namespace (CapNode).
+var nodeStageGrants = []string{
+	"allow rwx %s object_prefix rbd_data.",
+	"allow rwx %s object_prefix rbd_object_map.",
+	"allow rwx %s object_prefix rbd_header.",
+	"allow rwx %s object_prefix rbd_children",
+	"allow r class-read %s object_prefix rbd_id.",
+	"allow r class-read %s object_prefix rbd_directory",
+	"allow r class-read %s object_prefix rbd_mirroring",
+	"allow r class-read %s object_prefix rbd_trash",
+}
+
+// CapNode is NodeOSD as `ceph auth caps` takes it.
+func CapNode(ns, registryPool, prefix string, pools, dataPools []string) string {
+	return "osd '" + NodeOSD(ns, registryPool, prefix, pools, dataPools) + "'"
+}
+
+// NodeOSD is the node user's OSD cap: staging the images of pools (in
+// namespace ns), the data of dataPools (erasure-coded data pools of their
+// images), and the node registry objects (prefix in registryPool).
+func NodeOSD(ns, registryPool, prefix string, pools, dataPools []string) string {
+	where := func(p string) string {
+		if ns != "" {
+			return "pool=" + p + " namespace=" + ns
+		}
+		return "pool=" + p
+	}
+	var grants []string
+	for _, p := range pools {
+		for _, g := range nodeStageGrants {
+			grants = append(grants, fmt.Sprintf(g, where(p)))
+		}
+		grants = append(grants, "allow r class-read pool="+p+" object_prefix rbd_info")
+	}
+	for _, p := range dataPools {
+		grants = append(grants, "allow rwx "+where(p)+" object_prefix rbd_data.")
+	}
+	grants = append(grants, "allow rwx "+where(registryPool)+" object_prefix "+prefix)
+	return strings.Join(grants, ", ")
+}
 
 // CapRBD is the OSD cap for images, snapshots and the driver's objects in
 // pools, in the RADOS namespace ns ("" = the default one).

@@ -3,6 +3,8 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -35,7 +37,7 @@ func TestRefused(t *testing.T) {
 	if r.Error() != want || !errors.Is(r, denied) {
 		t.Errorf("Refused = %q (wraps the cause %v), want %q", r, errors.Is(r, denied), want)
 	}
-	if n := r.Needing("object o in pool rbd", CapLift); !strings.Contains(n.Error(), "on object o in pool rbd: the user needs "+CapLift) || !errors.Is(n, denied) {
+	if n := r.Needing("object o in pool rbd", CapNodeMon); !strings.Contains(n.Error(), "on object o in pool rbd: the user needs "+CapNodeMon) || !errors.Is(n, denied) {
 		t.Errorf("Needing = %q", n)
 	}
 	a := &AuthRefused{User: "k8s", MonHost: "v2:192.0.2.1:3300", Err: cause}
@@ -49,5 +51,63 @@ func TestRefused(t *testing.T) {
 	}
 	if Named(cause) {
 		t.Error("a bare refusal counts as named")
+	}
+}
+
+// The node user's OSD cap: every stage grant in the tenant's namespace,
+// rbd_info in the pool's default one (librbd reads the pool's metadata
+// there at every open), the data pool's data objects, the registry.
+func TestNodeOSD(t *testing.T) {
+	got := NodeOSD("t1", "p", "rbdcsi.nodes", []string{"p"}, []string{"ec"})
+	for _, want := range []string{
+		"allow rwx pool=p namespace=t1 object_prefix rbd_data.,",
+		"allow rwx pool=p namespace=t1 object_prefix rbd_header.,",
+		"allow r class-read pool=p object_prefix rbd_info,",
+		"allow rwx pool=ec namespace=t1 object_prefix rbd_data.,",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("NodeOSD lacks %q:\n%s", want, got)
+		}
+	}
+	if !strings.HasSuffix(got, ", allow rwx pool=p namespace=t1 object_prefix rbdcsi.nodes") {
+		t.Errorf("NodeOSD does not end with the registry's grant:\n%s", got)
+	}
+	if strings.Contains(got, "profile") || strings.Count(got, "class-read") != 5 {
+		t.Errorf("NodeOSD grants more than staging needs:\n%s", got)
+	}
+	if c := CapNode("", "p", "rbdcsi.nodes", []string{"p"}, nil); !strings.HasPrefix(c, "osd 'allow rwx pool=p object_prefix rbd_data., ") || !strings.HasSuffix(c, "'") {
+		t.Errorf("CapNode = %s", c)
+	}
+}
+
+// The install guide's node user is NodeOSD's: the e2e makes its user by
+// running the guide, the other tests with NodeOSD.
+func TestInstallGuideNodeCaps(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/install.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var guide []string
+	for _, line := range strings.Split(string(doc), "\n") {
+		if v, ok := strings.CutPrefix(line, `node_osd+="`); ok {
+			guide = append(guide, strings.TrimSuffix(v, `"`))
+		} else if v, ok := strings.CutPrefix(line, `node_osd="`); ok {
+			guide = append(guide, strings.TrimSuffix(v, `"`))
+		}
+	}
+	if len(guide) == 0 {
+		t.Fatal("docs/install.md builds no node_osd")
+	}
+	joined := strings.ReplaceAll(strings.Join(guide, ""), "$g", "pool=P")
+	split := func(s string) []string {
+		g := strings.Split(s, ", ")
+		slices.Sort(g)
+		return g
+	}
+	if got, want := split(joined), split(NodeOSD("", "P", "rbdcsi.nodes", []string{"P"}, nil)); !slices.Equal(got, want) {
+		t.Errorf("the install guide's node caps:\n%s\nwant NodeOSD's:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if !strings.Contains(string(doc), "mon '"+NodeMon+"'") {
+		t.Errorf("the install guide does not give the node user %s", CapNodeMon)
 	}
 }

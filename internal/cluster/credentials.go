@@ -40,6 +40,21 @@ func CredentialsFromSecrets(secrets map[string]string) (Credentials, error) {
 	return validCredentials(Credentials{ID: id, Key: key})
 }
 
+// CallCredentials picks the Ceph user a call acts as: the one its secrets
+// name, else the plugin's own (own, from the mounted Secret that ownFlag
+// names; nil: none). Secrets without userID and userKey are a call without
+// a Ceph user: a StorageClass names only a tenant's KEK Secret, or none,
+// and the plugins use their own users.
+func CallCredentials(secrets map[string]string, own *Credentials, ownFlag string) (Credentials, error) {
+	if secrets[SecretUserID] != "" || secrets[SecretUserKey] != "" {
+		return CredentialsFromSecrets(secrets)
+	}
+	if own == nil {
+		return Credentials{}, fmt.Errorf("%w: the request carries no %q and %q, and this plugin has no Ceph user of its own (%s)", ErrNoSecrets, SecretUserID, SecretUserKey, ownFlag)
+	}
+	return *own, nil
+}
+
 func validCredentials(c Credentials) (Credentials, error) {
 	c.ID = strings.TrimPrefix(c.ID, "client.")
 	if len(c.ID) > 128 || strings.HasPrefix(c.ID, "-") || strings.ContainsAny(c.ID, " \t\r\n\x00=,") || c.ID == "" {
@@ -57,13 +72,13 @@ func validCredentials(c Credentials) (Credentials, error) {
 }
 
 // CredentialsFromDir reads userID and userKey files, the layout of a
-// Kubernetes Secret mounted as a volume. The controller uses them for the
-// calls that carry no secrets (ListVolumes, GetCapacity, ControllerGetVolume).
+// Kubernetes Secret mounted as a volume: a plugin's own Ceph user, for the
+// calls that carry none (CallCredentials).
 func CredentialsFromDir(dir string) (Credentials, error) {
 	read := func(name string) (string, error) {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
-			return "", fmt.Errorf("controller credentials: %w", err)
+			return "", fmt.Errorf("Ceph credentials: %w", err)
 		}
 		return strings.TrimSpace(string(b)), nil
 	}

@@ -77,7 +77,7 @@ func (c *Controller) attachedTo(ctx context.Context, id, node string) bool {
 	if err != nil {
 		return false
 	}
-	pool, err := c.pool(vol.ClusterID, vol.Pool, nil, true)
+	pool, err := c.pool(vol.ClusterID, vol.Pool, nil)
 	if err != nil {
 		return true
 	}

@@ -99,6 +99,9 @@ type Options struct {
 	// AllowInsecureMapOptions lets classes switch off cephx signatures
 	// and data CRCs (config.CheckMapOptionsSecure); refused otherwise.
 	AllowInsecureMapOptions bool
+	// AllowKEKsWithCredentials opens KMS keys found in a Secret that also
+	// holds a Ceph key (kms.ErrKeysWithCredentials), for a migration.
+	AllowKEKsWithCredentials bool
 	// Locks are the per-volume try-locks, shared with the services beside
 	// the controller (csi-addons) so one volume sees one call at a time.
 	// Nil: the controller's own.

@@ -123,7 +123,7 @@ func (c *Controller) placeVolume(ctx context.Context, req *csi.CreateVolumeReque
 			a.params.DataPool = where.pool.DataPool
 		}
 	}
-	if a.pool, err = c.pool(a.params.ClusterID, a.params.Pool, req.GetSecrets(), false); err != nil {
+	if a.pool, err = c.pool(a.params.ClusterID, a.params.Pool, req.GetSecrets()); err != nil {
 		return err
 	}
 	a.vol = volid.Volume{ClusterID: a.params.ClusterID, Pool: a.params.Pool, Image: a.image}

@@ -28,7 +28,7 @@ import (
 // state formatted. The DEK never leaves the controller's memory unwrapped.
 //
 // Secrets: KEKs come in the request's secrets (the provisioner Secret
-// for CreateVolume). No error or log line shows a KEK or a DEK; the kms
+// for CreateVolume: the tenant's KEK Secret, which holds no Ceph key). No error or log line shows a KEK or a DEK; the kms
 // package's errors name keys, never their values.
 
 // provisionerSecretHint says where CreateVolume's KEKs come from.
@@ -172,6 +172,9 @@ func (c *Controller) openKMS(id string, secrets map[string]string, classKMS bool
 			code = codes.InvalidArgument
 		}
 		return nil, status.Errorf(code, "this driver has no KMS configuration: start its controller with --kms-config naming KMS %s", id)
+	}
+	if c.opts.AllowKEKsWithCredentials {
+		secrets = kms.WithoutCredentials(secrets)
 	}
 	keys, err := c.opts.KMS.Open(id, secrets)
 	switch {

@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"bytes"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -25,10 +26,7 @@ func TestKEKRotationKMIP(t *testing.T) {
 	srv := kmiptest.Start(t)
 	k1, k2 := srv.NewKEK(t), srv.NewKEK(t)
 	creds := map[string]string{"kmipCA": string(srv.PKI.CA), "kmipClientCert": string(srv.ClientCert), "kmipClientKey": string(srv.ClientKey)}
-	withCreds := secrets()
-	for k, v := range creds {
-		withCreds[k] = v
-	}
+	withCreds := maps.Clone(creds)
 	config := func(keyID string) kms.Config {
 		return kms.Config{"hsm": {Type: kms.TypeKMIP, Endpoint: srv.Endpoint, KeyID: keyID}}
 	}
@@ -50,7 +48,7 @@ func TestKEKRotationKMIP(t *testing.T) {
 		return key, dek
 	}
 
-	c := e.start("", controller.Options{KMS: config(k1)})
+	c := e.start("", controller.Options{KMS: config(k1), Credentials: ownCreds()})
 	var images, ids []string
 	deks := map[string][]byte{}
 	for _, name := range []string{"kmip-1", "kmip-2", "kmip-3"} {

@@ -131,7 +131,7 @@ func TestKEKRotation(t *testing.T) {
 	if len(hidden) != 1 {
 		t.Fatalf("hidden images: %v", hidden)
 	}
-	a0 := secrets()
+	a0 := withKEKs()
 	a0["encryptionKEK.a0"] = kekA0
 	stuck := c.mustCreateIn(t, "rot-stuck", "tenant-a", a0, nil)
 	vb := c.mustCreateIn(t, "rot-b", "tenant-b", withKEKs("b"), nil)

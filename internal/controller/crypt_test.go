@@ -26,12 +26,14 @@ var (
 	kekB = base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0xb2}, 32))
 )
 
-// cryptOpts is a controller with the test KMS configuration.
-func cryptOpts() controller.Options { return controller.Options{KMS: testKMS} }
+// cryptOpts is a controller with the test KMS configuration and a Ceph
+// user of its own: encrypted classes name only a KEK Secret.
+func cryptOpts() controller.Options { return controller.Options{KMS: testKMS, Credentials: ownCreds()} }
 
-// withKEKs is secrets() plus the KEKs of the named tenants ("a", "b").
+// withKEKs is a KEK Secret with the KEKs of the named tenants ("a", "b"),
+// and no Ceph user.
 func withKEKs(tenants ...string) map[string]string {
-	s := secrets()
+	s := map[string]string{}
 	for _, t := range tenants {
 		switch t {
 		case "a":
@@ -278,7 +280,7 @@ func TestEncryptedExpandNeedsTheNode(t *testing.T) {
 // static PV written without it), nor a plain one with a context that has it.
 func TestVolumeContextMustMatchEncryption(t *testing.T) {
 	e := newEnv(t)
-	c := e.start("", controller.Options{KMS: testKMS, Nodes: oneNode{}})
+	c := e.start("", controller.Options{KMS: testKMS, Nodes: oneNode{}, Credentials: ownCreds()})
 	v := c.mustCreateIn(t, "ctx", "tenant-a", withKEKs("a"), nil)
 	const static = "legacy-encrypted"
 	info, err := e.ceph.Stat(ctx(t), e.pool, imageOf(t, v.VolumeId))

@@ -88,7 +88,7 @@ func (g *GroupController) CreateVolumeGroupSnapshot(ctx context.Context, req *cs
 	if err := c.GroupSnapshots(); err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "group snapshots: %v", err)
 	}
-	pool, err := c.pool(vols[0].ClusterID, vols[0].Pool, req.GetSecrets(), false)
+	pool, err := c.pool(vols[0].ClusterID, vols[0].Pool, req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func (g *GroupController) CreateVolumeGroupSnapshot(ctx context.Context, req *cs
 // of the group snapshot.
 func (g *GroupController) DeleteVolumeGroupSnapshot(ctx context.Context, req *csi.DeleteVolumeGroupSnapshotRequest) (*csi.DeleteVolumeGroupSnapshotResponse, error) {
 	c, id := g.c, req.GetGroupSnapshotId()
-	gs, err := c.groupSnapOf(id, req.GetSecrets(), false)
+	gs, err := c.groupSnapOf(id, req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +137,7 @@ func (g *GroupController) DeleteVolumeGroupSnapshot(ctx context.Context, req *cs
 // GetVolumeGroupSnapshot reports a group snapshot from its record.
 func (g *GroupController) GetVolumeGroupSnapshot(ctx context.Context, req *csi.GetVolumeGroupSnapshotRequest) (*csi.GetVolumeGroupSnapshotResponse, error) {
 	id := req.GetGroupSnapshotId()
-	gs, err := g.c.groupSnapOf(id, req.GetSecrets(), true)
+	gs, err := g.c.groupSnapOf(id, req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +160,7 @@ func (g *GroupController) GetVolumeGroupSnapshot(ctx context.Context, req *csi.G
 // groupSnapOf is the group snapshot an ID names, in its pool with the
 // call's credentials; nil (and no error) for an ID that is not one of
 // this instance's.
-func (c *Controller) groupSnapOf(id string, secrets map[string]string, ownCredsOK bool) (*groupSnap, error) {
+func (c *Controller) groupSnapOf(id string, secrets map[string]string) (*groupSnap, error) {
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "group snapshot ID is missing")
 	}
@@ -168,7 +168,7 @@ func (c *Controller) groupSnapOf(id string, secrets map[string]string, ownCredsO
 	if err != nil || !c.names.IsGroup(gid.Group) {
 		return nil, nil
 	}
-	pool, err := c.pool(gid.ClusterID, gid.Pool, secrets, ownCredsOK)
+	pool, err := c.pool(gid.ClusterID, gid.Pool, secrets)
 	if err != nil {
 		return nil, err
 	}

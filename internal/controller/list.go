@@ -33,7 +33,7 @@ func (c *Controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 	if err != nil {
 		return nil, err
 	}
-	pool, err := c.pool(vol.ClusterID, vol.Pool, req.GetSecrets(), true)
+	pool, err := c.pool(vol.ClusterID, vol.Pool, req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +96,7 @@ func (c *Controller) ListVolumes(ctx context.Context, req *csi.ListVolumesReques
 			break
 		}
 		vol := ids[i]
-		pool, err := c.pool(vol.ClusterID, vol.Pool, nil, true)
+		pool, err := c.pool(vol.ClusterID, vol.Pool, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -166,7 +166,7 @@ func (c *Controller) GetCapacity(ctx context.Context, req *csi.GetCapacityReques
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	pool, err := c.pool(params.ClusterID, params.Pool, nil, true)
+	pool, err := c.pool(params.ClusterID, params.Pool, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +195,7 @@ func (c *Controller) ControllerGetVolume(ctx context.Context, req *csi.Controlle
 	if err != nil {
 		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist", id)
 	}
-	pool, err := c.pool(vol.ClusterID, vol.Pool, nil, true)
+	pool, err := c.pool(vol.ClusterID, vol.Pool, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -21,12 +21,12 @@ import (
 // lockVolume decodes a volume ID (NotFound if it is not one), resolves its
 // pool and takes the volume's try-lock. The ID may name a static volume's
 // image (see static.go).
-func (c *Controller) lockVolume(id string, secrets map[string]string, ownCredsOK bool) (volid.Volume, rbd.Pool, func(), error) {
+func (c *Controller) lockVolume(id string, secrets map[string]string) (volid.Volume, rbd.Pool, func(), error) {
 	vol, err := volid.DecodeVolume(id)
 	if err != nil {
 		return volid.Volume{}, rbd.Pool{}, nil, status.Errorf(codes.NotFound, "volume %.130q does not exist", id)
 	}
-	pool, err := c.pool(vol.ClusterID, vol.Pool, secrets, ownCredsOK)
+	pool, err := c.pool(vol.ClusterID, vol.Pool, secrets)
 	if err != nil {
 		return volid.Volume{}, rbd.Pool{}, nil, err
 	}
@@ -59,25 +59,15 @@ func noPool(pool rbd.Pool, err error) error {
 }
 
 // pool resolves where a volume lives and with which credentials: the
-// request's secrets, else the controller's own (for calls without secrets).
-// Calls that change a volume must bring their own secrets (ownCredsOK false).
-func (c *Controller) pool(clusterID, pool string, secrets map[string]string, ownCredsOK bool) (rbd.Pool, error) {
+// request's secrets, else the controller's own (--controller-secret-dir).
+// A StorageClass may name no Secret at all, or only a tenant's KEK Secret.
+func (c *Controller) pool(clusterID, pool string, secrets map[string]string) (rbd.Pool, error) {
 	entry, err := c.clusters.Lookup(clusterID)
 	if err != nil {
 		return rbd.Pool{}, status.Errorf(codes.InvalidArgument, "%v (check the StorageClass parameter %q and the driver's cluster map)", err, config.ParamClusterID)
 	}
-	var cred cluster.Credentials
-	switch {
-	case len(secrets) > 0:
-		if cred, err = cluster.CredentialsFromSecrets(secrets); err != nil {
-			return rbd.Pool{}, status.Error(codes.InvalidArgument, err.Error())
-		}
-	case ownCredsOK && c.cred != nil:
-		cred = *c.cred
-	case ownCredsOK:
-		return rbd.Pool{}, status.Errorf(codes.InvalidArgument, "the request carries no secrets %q/%q and the controller has no credentials of its own (--controller-secret-dir)", cluster.SecretUserID, cluster.SecretUserKey)
-	default:
-		_, err := cluster.CredentialsFromSecrets(secrets)
+	cred, err := cluster.CallCredentials(secrets, c.cred, "--controller-secret-dir")
+	if err != nil {
 		return rbd.Pool{}, status.Error(codes.InvalidArgument, err.Error())
 	}
 	return rbd.NewPool(entry, cred, pool), nil

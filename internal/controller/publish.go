@@ -43,7 +43,7 @@ func (c *Controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 	if !known {
 		return nil, status.Errorf(codes.NotFound, "node %.100q is not registered: its node plugin is not running or has not sent a heartbeat recently", node)
 	}
-	vol, pool, release, err := c.lockVolume(id, req.GetSecrets(), true)
+	vol, pool, release, err := c.lockVolume(id, req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func (c *Controller) ControllerUnpublishVolume(ctx context.Context, req *csi.Con
 	if _, err := volid.DecodeVolume(id); err != nil {
 		return &csi.ControllerUnpublishVolumeResponse{}, nil
 	}
-	vol, pool, release, err := c.lockVolume(id, req.GetSecrets(), true)
+	vol, pool, release, err := c.lockVolume(id, req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}

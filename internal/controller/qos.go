@@ -57,7 +57,7 @@ func (c *Controller) ControllerModifyVolume(ctx context.Context, req *csi.Contro
 	if err != nil {
 		return nil, err
 	}
-	vol, pool, release, err := c.lockVolume(id, req.GetSecrets(), false)
+	vol, pool, release, err := c.lockVolume(id, req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}

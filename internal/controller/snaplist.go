@@ -70,7 +70,7 @@ func (c *Controller) snapshotByID(ctx context.Context, id string, secrets map[st
 	if err != nil {
 		return nil, nil
 	}
-	pool, err := c.pool(snap.ClusterID, snap.Pool, secrets, true)
+	pool, err := c.pool(snap.ClusterID, snap.Pool, secrets)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +89,7 @@ func (c *Controller) snapshotsOfVolume(ctx context.Context, id string, secrets m
 	if err != nil {
 		return nil, nil
 	}
-	pool, err := c.pool(vol.ClusterID, vol.Pool, secrets, true)
+	pool, err := c.pool(vol.ClusterID, vol.Pool, secrets)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func (c *Controller) snapshotsOfVolume(ctx context.Context, id string, secrets m
 func (c *Controller) allSnapshots(ctx context.Context, secrets map[string]string) ([]*csi.ListSnapshotsResponse_Entry, error) {
 	var out []*csi.ListSnapshotsResponse_Entry
 	for _, cl := range c.clusters.All() {
-		base, err := c.pool(cl.ClusterID, "", secrets, true)
+		base, err := c.pool(cl.ClusterID, "", secrets)
 		if err != nil {
 			return nil, err
 		}

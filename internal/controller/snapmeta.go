@@ -12,7 +12,7 @@ func (c *Controller) SnapshotMetadata() *snapmeta.Server {
 	return snapmeta.New(snapmeta.Options{
 		Backend: c.backend, Names: c.names,
 		Pool: func(clusterID, pool string, secrets map[string]string) (rbd.Pool, error) {
-			return c.pool(clusterID, pool, secrets, true)
+			return c.pool(clusterID, pool, secrets)
 		},
 	})
 }

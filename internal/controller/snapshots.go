@@ -27,7 +27,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if err != nil {
 		return nil, err
 	}
-	pool, err := c.pool(a.vol.ClusterID, a.vol.Pool, req.GetSecrets(), false)
+	pool, err := c.pool(a.vol.ClusterID, a.vol.Pool, req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	if err != nil || !records.IsSnap(snap.Snap) {
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
-	pool, err := c.pool(snap.ClusterID, snap.Pool, req.GetSecrets(), false)
+	pool, err := c.pool(snap.ClusterID, snap.Pool, req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}

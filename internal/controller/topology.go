@@ -121,7 +121,7 @@ func (c *Controller) alreadyPlaced(ctx context.Context, params config.Params, se
 		if p.PoolName == skip {
 			continue
 		}
-		pool, err := c.pool(params.ClusterID, p.PoolName, secrets, false)
+		pool, err := c.pool(params.ClusterID, p.PoolName, secrets)
 		if err != nil {
 			return nil, err
 		}

@@ -99,7 +99,7 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 		klog.V(2).InfoS("deleting a volume ID that is not ours: nothing to do", "volumeID", id)
 		return &csi.DeleteVolumeResponse{}, nil
 	}
-	pool, err := c.pool(vol.ClusterID, vol.Pool, req.GetSecrets(), false)
+	pool, err := c.pool(vol.ClusterID, vol.Pool, req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +136,7 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	if outOfRange != nil {
 		return nil, status.Error(codes.OutOfRange, outOfRange.Error())
 	}
-	vol, pool, release, err := c.lockVolume(id, req.GetSecrets(), false)
+	vol, pool, release, err := c.lockVolume(id, req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}

@@ -40,6 +40,11 @@ var ErrUnknownKMS = errors.New("unknown KMS ID")
 // ErrMissingKEK: the secrets, or the KMS, lack a KEK the call needs.
 var ErrMissingKEK = errors.New("key encryption key not available")
 
+// ErrKeysWithCredentials: the Secret a KMS's keys come from also holds a
+// Ceph key. Whoever may read it, and every node that stages a volume with
+// it, would hold both the ciphertext's access and the keys to it.
+var ErrKeysWithCredentials = errors.New("the Secret holds a Ceph key (userKey) beside the KMS's keys; keep them in Secrets of their own (docs/encryption.md#keys-and-credentials), or start the driver with --allow-keks-with-credentials while you move them")
+
 // ErrUnavailable: the KMS could not be reached or did not answer in time;
 // the call may succeed later. Callers answer Unavailable.
 var ErrUnavailable = errors.New("the KMS is unavailable")
@@ -149,14 +154,54 @@ func (c Config) Open(id string, secrets map[string]string) (Keys, error) {
 		return nil, err
 	}
 	e := c[id]
+	if err := apart(id, e, secrets); err != nil {
+		return nil, err
+	}
 	if e.Type == TypeKMIP {
 		return openKMIPKeys(id, e, secrets)
 	}
-	prefix := e.KeyPrefix
-	if prefix == "" {
-		prefix = DefaultKeyPrefix
+	return openSecretKeys(id, e.keyPrefix(), secrets)
+}
+
+func (e Entry) keyPrefix() string {
+	if e.KeyPrefix == "" {
+		return DefaultKeyPrefix
 	}
-	return openSecretKeys(id, prefix, secrets)
+	return e.KeyPrefix
+}
+
+// cephKey is the Secret key of a Ceph user's key (cluster.SecretUserKey).
+const cephKey = "userKey"
+
+// apart refuses secrets that hold KMS id's key material (a KEK, a KMIP
+// client key) beside a Ceph key: see ErrKeysWithCredentials.
+func apart(id string, e Entry, secrets map[string]string) error {
+	if secrets[cephKey] == "" {
+		return nil
+	}
+	material := func(k string) bool { return strings.HasPrefix(k, e.keyPrefix()+".") }
+	if e.Type == TypeKMIP {
+		material = func(k string) bool { return k == e.secretPrefix()+secretClientKey }
+	}
+	for k := range secrets {
+		if material(k) {
+			return fmt.Errorf("KMS %s: %w", id, ErrKeysWithCredentials)
+		}
+	}
+	return nil
+}
+
+// WithoutCredentials is secrets without the Ceph user: what a caller
+// started with --allow-keks-with-credentials hands Open, while the admin
+// moves the keys out of the credentials Secret.
+func WithoutCredentials(secrets map[string]string) map[string]string {
+	out := make(map[string]string, len(secrets))
+	for k, v := range secrets {
+		if k != cephKey && k != "userID" {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // Known is nil when the configuration has KMS id, else an ErrUnknownKMS

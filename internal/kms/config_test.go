@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 )
@@ -54,7 +55,10 @@ func TestSecretKeys(t *testing.T) {
 	ctx := context.Background()
 	oldKEK, newKEK := testKEK(1), testKEK(2)
 	one := map[string]string{"userID": "u", "userKey": "k", "encryptionKEK.old": b64(oldKEK)}
-	keys, err := c.Open("t", one)
+	if _, err := c.Open("t", one); !errors.Is(err, ErrKeysWithCredentials) {
+		t.Errorf("a KEK beside a Ceph key: %v, want ErrKeysWithCredentials", err)
+	}
+	keys, err := c.Open("t", WithoutCredentials(one))
 	if err != nil || keys.Current() != "old" {
 		t.Fatalf("Open = %v, %v", keys, err)
 	}
@@ -110,5 +114,45 @@ func TestSecretKeys(t *testing.T) {
 				t.Errorf("error shows a secret value: %v", err)
 			}
 		}
+	}
+}
+
+// Key material beside a Ceph key is refused for either type; a Secret
+// with a Ceph key and nothing of the KMS's, or the KMS's keys alone, is
+// not (the call's Ceph user is then the secret's, or the plugin's own).
+func TestKeysApartFromCredentials(t *testing.T) {
+	c := Config{
+		"s":  {Type: TypeSecret, KeyPrefix: "tenantA"},
+		"km": {Type: TypeKMIP, Endpoint: "kms:5696", KeyID: "1"},
+	}
+	ceph := map[string]string{"userID": "u", "userKey": "AQAA=="}
+	with := func(kv ...string) map[string]string {
+		m := maps.Clone(ceph)
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	for name, tc := range map[string]struct {
+		id      string
+		secrets map[string]string
+		refused bool
+	}{
+		"KEK beside the Ceph key":               {"s", with("tenantA.k1", b64(testKEK(1))), true},
+		"another KMS's KEK beside the Ceph key": {"s", with("encryptionKEK.k1", b64(testKEK(1))), false},
+		"KMIP client key beside the Ceph key":   {"km", with("kmipClientKey", "PEM"), true},
+		"KMIP CA only beside the Ceph key":      {"km", with("kmipCA", "PEM"), false},
+		"KEKs alone":                            {"s", WithoutCredentials(with("tenantA.k1", b64(testKEK(1)))), false},
+	} {
+		_, err := c.Open(tc.id, tc.secrets)
+		if got := errors.Is(err, ErrKeysWithCredentials); got != tc.refused {
+			t.Errorf("%s: Open = %v, refused %v, want %v", name, err, got, tc.refused)
+		}
+		if err != nil && strings.Contains(err.Error(), "AQAA") {
+			t.Errorf("%s: the error shows the key", name)
+		}
+	}
+	if got := WithoutCredentials(with("tenantA.k1", "x")); len(got) != 1 || got["tenantA.k1"] != "x" {
+		t.Errorf("WithoutCredentials = %d keys", len(got))
 	}
 }

@@ -83,11 +83,15 @@ type kmipKeys struct {
 	client       *kmip.Client
 }
 
-func openKMIPKeys(kms string, e Entry, secrets map[string]string) (*kmipKeys, error) {
-	prefix := e.SecretPrefix
-	if prefix == "" {
-		prefix = DefaultSecretPrefix
+func (e Entry) secretPrefix() string {
+	if e.SecretPrefix == "" {
+		return DefaultSecretPrefix
 	}
+	return e.SecretPrefix
+}
+
+func openKMIPKeys(kms string, e Entry, secrets map[string]string) (*kmipKeys, error) {
+	prefix := e.secretPrefix()
 	names := []string{prefix + secretCA, prefix + secretClientCert, prefix + secretClientKey}
 	var missing []string
 	for _, n := range names {

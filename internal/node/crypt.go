@@ -89,6 +89,9 @@ func (n *Node) unlock(ctx context.Context, vol volid.Volume, cl cluster.Cluster,
 	if n.kms == nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is encrypted (KMS %s), and this node plugin runs without --kms-config", vol, rec.KMSID)
 	}
+	if n.mixedKeys {
+		secrets = kms.WithoutCredentials(secrets)
+	}
 	keys, err := n.kms.Open(rec.KMSID, secrets)
 	if err != nil {
 		return nil, kmsStatus(vol, rec.KMSID, err)

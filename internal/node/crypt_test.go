@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/rbdcsi/rbdcsi/internal/cluster"
 	"github.com/rbdcsi/rbdcsi/internal/kms"
 	"github.com/rbdcsi/rbdcsi/internal/luks"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
@@ -161,6 +162,9 @@ func newCryptFixture(t *testing.T) *cryptFixture {
 	}
 	f.images = &fakeImages{md: kms.VolumeKey{KMSID: "tenant-a", DEK: w, State: kms.StatePrepared}.Metadata()}
 	f.n.crypt, f.n.images, f.n.kms = f.crypt, f.images, kms.Config{"tenant-a": {Type: kms.TypeSecret}}
+	// Encrypted classes name only their KEK Secret: the node maps as its
+	// own user.
+	f.n.cred = &cluster.Credentials{ID: "node-user", Key: testKey}
 	f.run.blkid = blkidEmpty
 	return f
 }
@@ -169,7 +173,7 @@ func (f *cryptFixture) stageReq(c *csi.VolumeCapability) *csi.NodeStageVolumeReq
 	req := f.fixture.stageReq(c)
 	req.VolumeContext["encrypted"] = "true"
 	req.VolumeContext["encryptionKMSID"] = "tenant-a"
-	req.Secrets["encryptionKEK.k1"] = f.kek
+	req.Secrets = map[string]string{"encryptionKEK.k1": f.kek}
 	return req
 }
 
@@ -271,6 +275,9 @@ func TestEncryptedStageKeyRefusals(t *testing.T) {
 		}, codes.FailedPrecondition, "tenant-a"},
 		"no KMS config": {func(f *cryptFixture, _ *csi.NodeStageVolumeRequest) { f.n.kms = nil }, codes.FailedPrecondition, "--kms-config"},
 		"plain image":   {func(f *cryptFixture, _ *csi.NodeStageVolumeRequest) { f.images.md = map[string]string{} }, codes.FailedPrecondition, "no key record"},
+		"KEK beside a Ceph key": {func(_ *cryptFixture, r *csi.NodeStageVolumeRequest) {
+			r.Secrets["userID"], r.Secrets["userKey"] = "csi-rbd", testKey
+		}, codes.FailedPrecondition, "--allow-keks-with-credentials"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newCryptFixture(t)
@@ -287,6 +294,29 @@ func TestEncryptedStageKeyRefusals(t *testing.T) {
 				t.Errorf("a refused stage mapped %v or ran %v", f.m.maps, f.crypt.calls)
 			}
 		})
+	}
+}
+
+// A stage maps as the node's own user when the secrets hold only KEKs;
+// with --allow-keks-with-credentials, a Secret that holds a Ceph key too
+// stages as that user, its KEKs used.
+func TestEncryptedStageUsers(t *testing.T) {
+	f := newCryptFixture(t)
+	if _, err := f.n.NodeStageVolume(context.Background(), f.stageReq(fsCap(rwo))); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.m.maps) != 1 || f.m.maps[0].Cred.ID != "node-user" {
+		t.Fatalf("maps %v, want one as the node's own user", f.m.maps)
+	}
+	f = newCryptFixture(t)
+	f.n.mixedKeys = true
+	req := f.stageReq(fsCap(rwo))
+	req.Secrets["userID"], req.Secrets["userKey"] = "csi-rbd", testKey
+	if _, err := f.n.NodeStageVolume(context.Background(), req); err != nil {
+		t.Fatalf("stage with KEKs beside a Ceph key, allowed: %v", err)
+	}
+	if len(f.m.maps) != 1 || f.m.maps[0].Cred.ID != "csi-rbd" {
+		t.Fatalf("maps %v, want one as the secret's user", f.m.maps)
 	}
 }
 

@@ -49,14 +49,14 @@ func (n *Node) healOrphan(ctx context.Context, rec *record, m mapper.Mapper, src
 	if err != nil || !orphaned {
 		return false, err
 	}
-	if len(src.secrets) == 0 {
+	if len(src.secrets) == 0 && n.cred == nil {
 		return false, status.Errorf(codes.FailedPrecondition, "volume %s: the rbd-nbd daemon of %s is gone (node plugin restarted?) and %s brought no secret to re-attach it with; "+
-			"give the StorageClass a node-publish secret (csi.storage.k8s.io/node-publish-secret-name and -namespace) and the CSIDriver requiresRepublish: true, so kubelet's next republish heals it",
+			"give the node plugin a Ceph user of its own (--node-secret-dir), or the StorageClass a node-publish secret (csi.storage.k8s.io/node-publish-secret-name and -namespace); with the CSIDriver's requiresRepublish: true kubelet's next republish heals it",
 			rec.VolumeID, rec.Device, src.call)
 	}
-	cred, err := cluster.CredentialsFromSecrets(src.secrets)
+	cred, err := n.callCredentials(src.secrets)
 	if err != nil {
-		return false, status.Error(codes.InvalidArgument, err.Error())
+		return false, err
 	}
 	cl, err := n.clusters.Lookup(rec.Image.ClusterID)
 	if err != nil {
@@ -103,4 +103,14 @@ func (n *Node) intactOrHealed(ctx context.Context, rec *record, m mapper.Mapper,
 		return false, err
 	}
 	return n.stageIntact(ctx, rec, m)
+}
+
+// callCredentials is the Ceph user a call maps with: its secrets', else
+// the node plugin's own (Options.Credentials).
+func (n *Node) callCredentials(secrets map[string]string) (cluster.Credentials, error) {
+	cred, err := cluster.CallCredentials(secrets, n.cred, "--node-secret-dir")
+	if err != nil {
+		return cluster.Credentials{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return cred, nil
 }

@@ -92,6 +92,13 @@ type Options struct {
 	// AllowInsecureMapOptions lets volumes switch off cephx signatures
 	// and data CRCs (config.CheckMapOptionsSecure); refused otherwise.
 	AllowInsecureMapOptions bool
+	// Credentials are the node plugin's own Ceph user (its mounted
+	// Secret, --node-secret-dir): what a call whose secrets name no Ceph
+	// user maps with. Nil: every call must bring one.
+	Credentials *cluster.Credentials
+	// AllowKEKsWithCredentials opens KMS keys found in a Secret that also
+	// holds a Ceph key (kms.ErrKeysWithCredentials), for a migration.
+	AllowKEKsWithCredentials bool
 }
 
 // Node is the CSI Node service.
@@ -118,6 +125,8 @@ type Node struct {
 	kms            kms.Config
 	mkfsPrezeroed  bool
 	insecureMap    bool
+	cred           *cluster.Credentials
+	mixedKeys      bool
 }
 
 // New returns a Node; it fails if the state directory cannot be used.
@@ -156,7 +165,7 @@ func New(o Options) (*Node, error) {
 		run: run, maxVolumes: o.MaxVolumesPerNode, topology: o.Topology, clusters: o.Clusters, store: st, locks: lock.New(), fence: o.Fence, fault: o.Fault,
 		unfence: o.Unfence, lifts: o.Lifts,
 		cgroupRoot: o.CgroupRoot, crypt: o.Crypt, images: o.Images, kms: o.KMS, mkfsPrezeroed: o.MkfsPrezeroed,
-		insecureMap: o.AllowInsecureMapOptions,
+		insecureMap: o.AllowInsecureMapOptions, cred: o.Credentials, mixedKeys: o.AllowKEKsWithCredentials,
 	}, nil
 }
 

@@ -383,3 +383,36 @@ func TestStageWithUnusableKeyTypeSaysWhy(t *testing.T) {
 		})
 	}
 }
+
+// A stage whose secrets name no Ceph user maps as the node's own user
+// (--node-secret-dir); without one it is refused, naming the flag, and
+// nothing is mapped. Secrets that name a user win over the node's own.
+func TestStageUsesTheNodesOwnUser(t *testing.T) {
+	f := newFixture(t)
+	f.run.blkid = blkidEmpty
+	req := f.stageReq(fsCap(rwo))
+	req.Secrets = nil
+	_, err := f.n.NodeStageVolume(context.Background(), req)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "--node-secret-dir") {
+		t.Fatalf("stage with no secrets and no user of its own: %v, want InvalidArgument naming --node-secret-dir", err)
+	}
+	f.expectNothingLeft(t)
+
+	f.n.cred = &cluster.Credentials{ID: "node-user", Key: testKey}
+	if _, err := f.n.NodeStageVolume(context.Background(), req); err != nil {
+		t.Fatalf("stage with no secrets, as the node's own user: %v", err)
+	}
+	if len(f.m.maps) != 1 || f.m.maps[0].Cred.ID != "node-user" {
+		t.Fatalf("maps %v, want one, as node-user", f.m.maps)
+	}
+
+	g := newFixture(t)
+	g.run.blkid = blkidEmpty
+	g.n.cred = &cluster.Credentials{ID: "node-user", Key: testKey}
+	if _, err := g.n.NodeStageVolume(context.Background(), g.stageReq(fsCap(rwo))); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.m.maps) != 1 || g.m.maps[0].Cred.ID != "csi-rbd" {
+		t.Fatalf("maps %v, want one as the secrets' user", g.m.maps)
+	}
+}

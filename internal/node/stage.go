@@ -42,9 +42,9 @@ func (n *Node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequ
 	if err != nil {
 		return nil, status.Errorf(codes.NotFound, "volume %s: %v (this node's cluster map does not know it)", a.id, err)
 	}
-	cred, err := cluster.CredentialsFromSecrets(req.GetSecrets())
+	cred, err := n.callCredentials(req.GetSecrets())
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, err
 	}
 	// Also for a volume staged here already: once its attachment moved to
 	// another node (a force detach of this one), a repeated stage must not

@@ -167,7 +167,7 @@ func (u *Unfencer) Lift(ctx context.Context, volumeID, monHost string) (lifted [
 				continue
 			}
 			if err := u.bl.Unblocklist(ctx, monHost, u.reg.pool.Cred, a); err != nil {
-				return lifted, true, rbd.RefusedAt(u.reg.pool.Cred, cluster.CapLift, err)
+				return lifted, true, rbd.RefusedAt(u.reg.pool.Cred, cluster.CapNodeMon, err)
 			}
 			lifted = append(lifted, a)
 		}

@@ -49,7 +49,7 @@ func (b *Backend) Unblocklist(ctx context.Context, monHost string, cred cluster.
 		return err
 	}
 	cmd := map[string]any{"prefix": "osd blocklist", "blocklistop": "rm", "addr": addr}
-	return rbd.RefusedAt(cred, cluster.CapLift, b.withConn(ctx, monHost, cred, "Unblocklist", func(conn *rados.Conn) error {
+	return rbd.RefusedAt(cred, cluster.CapNodeMon, b.withConn(ctx, monHost, cred, "Unblocklist", func(conn *rados.Conn) error {
 		// An address that is not blocklisted is a success ("... isn't
 		// blocklisted", status 0).
 		if err := monCommand(conn, cmd); err != nil {
