@@ -180,30 +180,23 @@ func exampleEncrypted(t *testing.T, x *exampleRun) {
 	})
 }
 
-// addKEK puts a KEK encryptionKEK.k1 into the install's Secret, as
-// encrypted.yaml tells users to, and takes it out again once the
-// scenario's volumes are gone.
+// addKEK makes the KEK Secret rbdcsi-keks that encrypted.yaml names, as
+// its comment tells users to, and removes it once the scenario's volumes
+// are gone. The controller mounts it (optional) for the KEK rotation.
 func addKEK(t *testing.T, x *exampleRun) {
 	t.Helper()
 	driver := &kube{t: t, e: x.k.e, ns: "rbdcsi"}
 	var s corev1.Secret
-	if !driver.get(&s, "secret", "rbdcsi-secret") {
-		t.Fatal("no Secret rbdcsi/rbdcsi-secret")
-	}
-	for key := range s.Data {
-		if strings.HasPrefix(key, "encryptionKEK") {
-			t.Fatalf("Secret rbdcsi/rbdcsi-secret holds %s already (left by an earlier run?)", key)
-		}
+	if driver.get(&s, "secret", "rbdcsi-keks") {
+		t.Fatal("Secret rbdcsi/rbdcsi-keks exists already (left by an earlier run?)")
 	}
 	kek := make([]byte, 32)
 	if _, err := rand.Read(kek); err != nil {
 		t.Fatal(err)
 	}
-	driver.must("patch", "secret", "rbdcsi-secret", "--type=merge",
-		"-p", fmt.Sprintf(`{"stringData":{"encryptionKEK.k1":%q}}`, base64.StdEncoding.EncodeToString(kek)))
+	driver.must("create", "secret", "generic", "rbdcsi-keks", "--from-literal=encryptionKEK.k1="+base64.StdEncoding.EncodeToString(kek))
 	x.after = append(x.after, func() {
-		driver.runQuiet(time.Minute, "patch", "secret", "rbdcsi-secret", "--type=json",
-			"-p", `[{"op":"remove","path":"/data/encryptionKEK.k1"}]`)
+		driver.runQuiet(time.Minute, "delete", "secret", "rbdcsi-keks", "--ignore-not-found")
 	})
 }
 

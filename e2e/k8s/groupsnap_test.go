@@ -49,9 +49,6 @@ metadata:
   name: %s
 driver: %s
 deletionPolicy: Delete
-parameters:
-  csi.storage.k8s.io/group-snapshotter-secret-name: rbdcsi-secret
-  csi.storage.k8s.io/group-snapshotter-secret-namespace: rbdcsi
 `, groupSnapClass, driverName))
 	// Runs before newKube's cleanup: the group snapshot must go before its
 	// members can, and the class after it.

@@ -67,8 +67,6 @@ spec:
     volumeHandle: %[4]s
     fsType: ext4
     volumeAttributes: {staticVolume: "true", clusterID: %[5]s, pool: %[6]s}
-    controllerPublishSecretRef: {name: rbdcsi-secret, namespace: rbdcsi}
-    nodeStageSecretRef: {name: rbdcsi-secret, namespace: rbdcsi}
 ---
 apiVersion: v1
 kind: PersistentVolumeClaim
