@@ -34,17 +34,22 @@ type exampleSet struct {
 	vacs      map[string]*storagev1.VolumeAttributesClass
 	pvcs      map[string]*corev1.PersistentVolumeClaim
 	pvs       map[string]*corev1.PersistentVolume
-	secrets   []*corev1.Secret
 	settings  map[string]string
+	// ceph: the Secrets with a Ceph key; keks: the KEK Secrets the
+	// controller mounts; readable: the Secrets its sidecars may get (all
+	// "namespace/name").
+	ceph, keks, readable map[string]bool
 }
 
 // TestExamples: every example is whole with what an install makes (the
-// StorageClasses, the VolumeSnapshotClass, the Secrets of deploy/site) and
-// what the example files bring (their own classes, claims, PV): each claim
-// names a class that exists, each reference (pod to claim, restore to
-// snapshot, clone to source, claim to PV, group snapshot to claims) holds,
-// the classes they bring are of the site's cluster and take the driver's
-// parameters, and e2e/k8s's TestExamples applies every file.
+// StorageClasses, the VolumeSnapshotClass, the KEK Secret the controller
+// mounts and its sidecars may get) and what the example files bring (their
+// own classes, claims, PV): each claim names a class that exists, each
+// reference (pod to claim, restore to snapshot, clone to source, claim to
+// PV, group snapshot to claims) holds, the classes they bring are of the
+// site's cluster, take the driver's parameters and name no Secret but an
+// encrypted class's KEK Secret, and e2e/k8s's TestExamples applies every
+// file.
 func TestExamples(t *testing.T) {
 	inst, ex := installed(t), loadAll(t).inDir(examplesDir)
 	instClasses, _ := all[*storagev1.StorageClass](inst)
@@ -54,14 +59,15 @@ func TestExamples(t *testing.T) {
 	pvcs, _ := all[*corev1.PersistentVolumeClaim](ex)
 	pvs, _ := all[*corev1.PersistentVolume](ex)
 	vacs, _ := all[*storagev1.VolumeAttributesClass](ex)
-	secrets, _ := all[*corev1.Secret](inst)
 	settingsData, err := os.ReadFile(filepath.Join(siteDir, "settings.env"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	set := exampleSet{
 		classes: byName(append(slices.Clone(instClasses), exClasses...)), snapshots: byName(snaps), vacs: byName(vacs),
-		pvcs: byName(pvcs), pvs: byName(pvs), secrets: secrets, settings: readSettings(t, string(settingsData)),
+		pvcs: byName(pvcs), pvs: byName(pvs), settings: readSettings(t, string(settingsData)),
+		ceph: cephSecrets(t, inst), keks: kekMounts(t, inst),
+		readable: secretsReadableBy(t, inst),
 	}
 	if len(set.classes) != len(instClasses)+len(exClasses) {
 		t.Errorf("an example's StorageClass has the name of one an install makes")
@@ -127,7 +133,9 @@ func driverName(t *testing.T) string {
 
 // checkExampleClass: a class an example brings takes the driver's
 // parameters, is of the site's cluster (as shipped in settings.env) and
-// pool or places volumes by topology, and names the installed Secrets.
+// pool or places volumes by topology, and names no Secret
+// (checkClassSecrets), but, when encrypted, the KEK Secret that the
+// controller mounts for the rotation and its sidecars may get.
 func checkExampleClass(t *testing.T, set exampleSet, sc *storagev1.StorageClass) {
 	t.Helper()
 	what := "example StorageClass " + sc.Name
@@ -146,8 +154,13 @@ func checkExampleClass(t *testing.T, set exampleSet, sc *storagev1.StorageClass)
 	if sc.Parameters[config.ParamTopologyConstrainedPools] == "" && p.Pool != set.settings["pool"] {
 		t.Errorf("%s: pool %q, not the site's %q", what, p.Pool, set.settings["pool"])
 	}
-	for _, op := range []string{"provisioner", "controller-publish", "node-stage", "node-publish", "controller-expand", "controller-modify"} {
-		checkSecretRef(t, what, sc.Parameters, op, set.secrets)
+	kek := checkClassSecrets(t, what, sc.Parameters, set.ceph)
+	if p.Encryption.Enabled && kek == "" {
+		t.Errorf("%s: encrypted, but names no KEK Secret", what)
+	}
+	if kek != "" && (!set.keks[kek] || !set.readable[kek]) {
+		t.Errorf("%s: KEK Secret %s: the controller mounts it for the rotation: %v, its sidecars may get it: %v; want both (the controller mounts %v)",
+			what, kek, set.keks[kek], set.readable[kek], set.keks)
 	}
 }
 
@@ -254,8 +267,8 @@ func checkExamplePods(t *testing.T, ex *manifests, set exampleSet) {
 }
 
 // checkGroupSnapshots: a group snapshot's class is an example's, of this
-// driver, naming the installed Secret, and its selector takes at least two
-// example claims.
+// driver, naming no Secret (the controller snapshots as its own user), and
+// its selector takes at least two example claims.
 func checkGroupSnapshots(t *testing.T, ex *manifests, set exampleSet) {
 	t.Helper()
 	classes, _ := all[*groupsnapv1.VolumeGroupSnapshotClass](ex)
@@ -268,7 +281,7 @@ func checkGroupSnapshots(t *testing.T, ex *manifests, set exampleSet) {
 			t.Errorf("VolumeGroupSnapshotClass %s: driver %q", c.Name, c.Driver)
 		}
 		checkSidecarKeys(t, "VolumeGroupSnapshotClass "+c.Name, c.Parameters)
-		checkSecretRef(t, "VolumeGroupSnapshotClass "+c.Name, c.Parameters, "group-snapshotter", set.secrets)
+		checkNoSecrets(t, "VolumeGroupSnapshotClass "+c.Name, c.Parameters)
 	}
 	for _, g := range groups {
 		if g.Spec.VolumeGroupSnapshotClassName == nil || findNamed(classes, "", *g.Spec.VolumeGroupSnapshotClassName) == nil {
@@ -292,9 +305,9 @@ func checkGroupSnapshots(t *testing.T, ex *manifests, set exampleSet) {
 }
 
 // checkStaticVolumes: a static PV names this driver, an ID of the site's
-// cluster and pool, the same cluster and pool in its attributes, and the
-// installed Secret for every call; its claim asks for no more than it
-// holds.
+// cluster and pool, the same cluster and pool in its attributes, and no
+// Secret (the plugins use their own Ceph users); its claim asks for no
+// more than it holds.
 func checkStaticVolumes(t *testing.T, set exampleSet) {
 	t.Helper()
 	for _, pv := range set.pvs {
@@ -319,9 +332,10 @@ func checkStaticVolumes(t *testing.T, set exampleSet) {
 		for name, ref := range map[string]*corev1.SecretReference{
 			"controllerPublish": c.ControllerPublishSecretRef, "nodeStage": c.NodeStageSecretRef,
 			"nodePublish": c.NodePublishSecretRef, "controllerExpand": c.ControllerExpandSecretRef,
+			"nodeExpand": c.NodeExpandSecretRef,
 		} {
-			if ref == nil || findNamed(set.secrets, ref.Namespace, ref.Name) == nil {
-				t.Errorf("%s: %sSecretRef %v is not a Secret an install makes", what, name, ref)
+			if ref != nil {
+				t.Errorf("%s: %sSecretRef %s/%s; a PV names no Secret, the plugins reach Ceph as their own users", what, name, ref.Namespace, ref.Name)
 			}
 		}
 		if pv.Spec.StorageClassName != "" || pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain {

@@ -99,6 +99,22 @@ nodeRegistry: a/rbd`, `clusterID "a" is listed twice`},
 			"'/snapshotMetadata/tls/existingSecret': 'My_Cert' does not match pattern"},
 		{"snapshot-metadata image tag latest", "images: {snapshotMetadata: {tag: latest}}",
 			"images.snapshotMetadata.tag: \"latest\" is not a pinned version"},
+		{"an encrypted class with its KEK Secret", `secrets: {keks: {name: tenant-keks}}
+storageClasses: [{name: a, pool: rbd, keySecret: tenant-keks, parameters: {encrypted: "true", encryptionKMSID: secret}}]`, ""},
+		{"keySecret not a Secret name", `storageClasses: [{name: a, pool: rbd, keySecret: My_KEKs, parameters: {encrypted: "true", encryptionKMSID: secret}}]`,
+			"'/storageClasses/0/keySecret': 'My_KEKs' does not match pattern"},
+		{"encrypted class without keySecret", `storageClasses: [{name: a, pool: rbd, parameters: {encrypted: "true", encryptionKMSID: secret}}]`,
+			"storageClasses a: encrypted classes need keySecret"},
+		{"keySecret on a class that is not encrypted", "storageClasses: [{name: a, pool: rbd, keySecret: keks}]",
+			"storageClasses a: keySecret is for encrypted classes"},
+		{"keySecret the Ceph user's Secret", `storageClasses: [{name: a, pool: rbd, keySecret: rbdcsi-secret, parameters: {encrypted: "true", encryptionKMSID: secret}}]`,
+			`storageClasses a: keySecret "rbdcsi-secret" is secrets.controller.name`},
+		{"secrets.keks the Ceph user's Secret", "secrets: {keks: {name: rbdcsi-secret}}",
+			`secrets.keks.name "rbdcsi-secret" is secrets.controller.name`},
+		{"secrets.keks without a name", `secrets: {keks: {name: ""}}`, "'/secrets/keks/name': '' does not match pattern"},
+		{"secrets.keks made by the chart", "secrets: {keks: {create: true}}", "additional properties 'create' not allowed"},
+		{"a Ceph Secret in a class's parameters", "storageClasses: [{name: a, pool: rbd, parameters: {csi.storage.k8s.io/provisioner-secret-name: rbdcsi-secret}}]",
+			"additional properties 'csi.storage.k8s.io/provisioner-secret-name' not allowed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "values.yaml")
@@ -228,6 +244,21 @@ func checkClassParams(t *testing.T, r *rendered) {
 // by the file's name.
 var helmSanity = map[string]func(*testing.T, *rendered){
 	"full.yaml": func(t *testing.T, r *rendered) {
+		// The tenant's encrypted class names its own KEK Secret; the
+		// controller mounts secrets.keks; the sidecars may get both.
+		scs, _ := all[*storagev1.StorageClass](r.manifests)
+		ceph := cephSecrets(t, r.manifests)
+		if sc := findNamed(scs, "", "tenant-a"); sc == nil {
+			t.Error("no StorageClass tenant-a")
+		} else if kek := checkClassSecrets(t, "StorageClass tenant-a", sc.Parameters, ceph); kek != "rbdcsi/tenant-a-keks" {
+			t.Errorf("StorageClass tenant-a: KEK Secret %q, want its keySecret rbdcsi/tenant-a-keks", kek)
+		}
+		if got := kekMounts(t, r.manifests); !got["rbdcsi/storage-keks"] || len(got) != 1 {
+			t.Errorf("the controller mounts KEK Secrets %v, want secrets.keks rbdcsi/storage-keks", got)
+		}
+		if got := secretsReadableBy(t, r.manifests); !maps.Equal(got, map[string]bool{"rbdcsi/storage-keks": true, "rbdcsi/tenant-a-keks": true}) {
+			t.Errorf("the controller may get Secrets %v, want secrets.keks and the tenant's keySecret", got)
+		}
 		want := "/var/lib/k0s/kubelet/plugins/rbd.example.org/csi.sock"
 		registers := false
 		for _, w := range workloads(r.manifests) {

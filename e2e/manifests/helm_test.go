@@ -193,7 +193,9 @@ func TestHelmLintStrict(t *testing.T) {
 // TestHelmTemplateDecodesStrictly renders every value file, decodes each
 // object into its API type with unknown fields refused, and checks what
 // the plain manifests' tests check: plugin flags, pinned images, labels,
-// and StorageClass and VolumeAttributesClass parameters the driver takes.
+// StorageClass and VolumeAttributesClass parameters the driver takes, no
+// Ceph Secret named by a class or readable by the sidecars (only the KEK
+// Secrets: the controller's and the encrypted classes').
 func TestHelmTemplateDecodesStrictly(t *testing.T) {
 	helmBinary(t) // before the plugin build, which takes a while
 	flags := loadPluginFlags(t)
@@ -213,6 +215,8 @@ func TestHelmTemplateDecodesStrictly(t *testing.T) {
 			checkHelmLabels(t, r)
 			checkReferences(t, r)
 			checkClassParams(t, r)
+			checkClassesSecrets(t, r.manifests)
+			checkSecretReader(t, r.manifests)
 			checkServiceMonitors(t, r)
 			if check := helmSanity[filepath.Base(f)]; check != nil {
 				check(t, r)

@@ -8,10 +8,11 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 )
 
-// TestNodeHasItsOwnCephUser: the node plugin's --node-secret-dir (its
-// heartbeat user) is a Secret of its own, never one that the controller
-// or a StorageClass uses: those users can remove images and write
-// attachment records.
+// TestNodeHasItsOwnCephUser: the node plugin's --node-secret-dir (its own
+// Ceph user, which maps images but cannot create, remove or snapshot them)
+// is a Secret of its own, never one that the controller mounts (its user
+// can remove images) or a StorageClass names (a KEK Secret, which a node
+// receives only while it stages a volume of that class).
 func TestNodeHasItsOwnCephUser(t *testing.T) {
 	m := installed(t)
 	secrets, _ := all[*corev1.Secret](m)

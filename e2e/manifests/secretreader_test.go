@@ -15,9 +15,10 @@ import (
 // fetch, with its own rights.
 var sidecarSecretOps = []string{"provisioner", "controller-publish", "controller-expand", "controller-modify", "snapshotter", "group-snapshotter"}
 
-// TestSecretReaderNamesItsSecrets: the controller may get exactly the
-// Secrets the StorageClasses and VolumeSnapshotClasses name for its
-// sidecars, by name, and no other Secret of their namespace.
+// TestSecretReaderNamesItsSecrets: the controller may get exactly the KEK
+// Secrets: the ones the classes name for its sidecars and the one it
+// mounts for the KEK rotation (kekMounts), by name; never a Secret with a
+// Ceph key, nor any other Secret of their namespace.
 func TestSecretReaderNamesItsSecrets(t *testing.T) { eachInstall(t, checkSecretReader) }
 
 func checkSecretReader(t *testing.T, m *manifests) {
@@ -25,37 +26,46 @@ func checkSecretReader(t *testing.T, m *manifests) {
 	ctrl := only[*appsv1.Deployment](t, m, "Deployment")
 	sa, ns := ctrl.Spec.Template.Spec.ServiceAccountName, ctrl.Namespace
 
-	want := map[string]bool{} // "namespace/name"
-	refer := func(params map[string]string) {
+	want := kekMounts(t, m) // "namespace/name"
+	refer := func(what string, params map[string]string) {
+		named := classSecrets(t, what, params)
 		for _, op := range sidecarSecretOps {
-			if name := params["csi.storage.k8s.io/"+op+"-secret-name"]; name != "" {
-				want[params["csi.storage.k8s.io/"+op+"-secret-namespace"]+"/"+name] = true
+			if s, ok := named[op]; ok {
+				want[s] = true
 			}
 		}
 	}
 	scs, _ := all[*storagev1.StorageClass](m)
 	for _, sc := range scs {
-		refer(sc.Parameters)
+		refer("StorageClass "+sc.Name, sc.Parameters)
 	}
 	vscs, _ := all[*snapv1.VolumeSnapshotClass](m)
 	for _, vsc := range vscs {
-		refer(vsc.Parameters)
-	}
-	if len(want) == 0 {
-		t.Fatal("no class names a secret for the sidecars")
+		refer("VolumeSnapshotClass "+vsc.Name, vsc.Parameters)
 	}
 
-	got := secretsReadable(t, m, ns, sa)
+	ceph := cephSecrets(t, m)
+	got := secretsReadableBy(t, m)
 	for s := range want {
 		if !got[s] {
-			t.Errorf("service account %s/%s cannot get Secret %s, which a class names for its sidecars", ns, sa, s)
+			t.Errorf("service account %s/%s cannot get Secret %s, a KEK Secret the controller mounts or a class names for its sidecars", ns, sa, s)
 		}
 	}
 	for s := range got {
-		if !want[s] {
-			t.Errorf("service account %s/%s can get Secret %s, which no class names for its sidecars", ns, sa, s)
+		if ceph[s] {
+			t.Errorf("service account %s/%s can get Secret %s, which holds a Ceph key: the plugins mount their own, the sidecars need none", ns, sa, s)
+		} else if !want[s] {
+			t.Errorf("service account %s/%s can get Secret %s, which is no KEK Secret the controller mounts or a class names", ns, sa, s)
 		}
 	}
+}
+
+// secretsReadableBy returns the Secrets ("namespace/name") that the
+// controller's service account may get (secretsReadable).
+func secretsReadableBy(t *testing.T, m *manifests) map[string]bool {
+	t.Helper()
+	ctrl := only[*appsv1.Deployment](t, m, "Deployment")
+	return secretsReadable(t, m, ctrl.Namespace, ctrl.Spec.Template.Spec.ServiceAccountName)
 }
 
 // secretsReadable returns the Secrets ("namespace/name") that the service

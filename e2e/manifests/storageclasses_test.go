@@ -20,8 +20,7 @@ var sidecarParams = map[string]bool{
 }
 
 func init() {
-	for _, op := range []string{"provisioner", "controller-publish", "node-stage", "node-publish",
-		"controller-expand", "node-expand", "controller-modify", "snapshotter", "group-snapshotter"} {
+	for _, op := range secretOps {
 		sidecarParams["csi.storage.k8s.io/"+op+"-secret-name"] = true
 		sidecarParams["csi.storage.k8s.io/"+op+"-secret-namespace"] = true
 	}
@@ -39,13 +38,14 @@ func checkSidecarKeys(t *testing.T, what string, params map[string]string) {
 }
 
 // TestStorageClasses: parameters are ones the driver accepts (its own
-// ParseParams), every secret the driver needs is referenced and exists
-// with userID/userKey, expansion is allowed, and there is one class each
-// for ext4, xfs and raw block.
+// ParseParams), no class names a Secret (checkClassSecrets: the plugins
+// use their own Ceph users; an encrypted class names only its KEK Secret),
+// expansion is allowed, and there is one class each for ext4, xfs and raw
+// block.
 func TestStorageClasses(t *testing.T) {
 	m := installed(t)
 	scs, _ := all[*storagev1.StorageClass](m)
-	secrets, _ := all[*corev1.Secret](m)
+	ceph := cephSecrets(t, m)
 	cms, _ := all[*corev1.ConfigMap](m)
 	clusters := map[string]bool{}
 	for _, cm := range cms {
@@ -78,9 +78,7 @@ func TestStorageClasses(t *testing.T) {
 		if sc.AllowVolumeExpansion == nil || !*sc.AllowVolumeExpansion {
 			t.Errorf("StorageClass %s: allowVolumeExpansion must be true", sc.Name)
 		}
-		for _, op := range []string{"provisioner", "controller-publish", "node-stage", "node-publish", "controller-expand", "controller-modify"} {
-			checkSecretRef(t, "StorageClass "+sc.Name, sc.Parameters, op, secrets)
-		}
+		checkClassSecrets(t, "StorageClass "+sc.Name, sc.Parameters, ceph)
 	}
 	for _, want := range []string{"ext4", "xfs", "block"} {
 		if !fsTypes[want] {
@@ -91,24 +89,6 @@ func TestStorageClasses(t *testing.T) {
 	vscs, _ := all[*snapv1.VolumeSnapshotClass](m)
 	for _, vsc := range vscs {
 		checkSidecarKeys(t, "VolumeSnapshotClass "+vsc.Name, vsc.Parameters)
-		checkSecretRef(t, "VolumeSnapshotClass "+vsc.Name, vsc.Parameters, "snapshotter", secrets)
-	}
-}
-
-func checkSecretRef(t *testing.T, what string, params map[string]string, op string, secrets []*corev1.Secret) {
-	t.Helper()
-	name := params["csi.storage.k8s.io/"+op+"-secret-name"]
-	ns := params["csi.storage.k8s.io/"+op+"-secret-namespace"]
-	if name == "" || ns == "" {
-		t.Errorf("%s: no %s secret (csi.storage.k8s.io/%s-secret-name and -namespace)", what, op, op)
-		return
-	}
-	s := findNamed(secrets, ns, name)
-	if s == nil {
-		t.Errorf("%s: %s secret %s/%s is not installed by deploy/site", what, op, ns, name)
-		return
-	}
-	if _, err := cluster.CredentialsFromSecrets(secretData(s)); err != nil {
-		t.Errorf("%s: %s secret %s/%s: %v", what, op, ns, name, err)
+		checkNoSecrets(t, "VolumeSnapshotClass "+vsc.Name, vsc.Parameters)
 	}
 }

@@ -77,6 +77,28 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
+{{/* The KEK Secret the controller mounts: secrets.keks.name, or its default
+     when the values lack it (an upgrade with --reuse-values keeps the
+     values of a chart that had none). */}}
+{{- define "rbdcsi.keksName" -}}
+{{- (.Values.secrets.keks | default dict).name | default "rbdcsi-keks" -}}
+{{- end -}}
+
+{{/* The KEK Secrets in use, as a YAML flow list: secrets.keks (the one the
+     controller mounts for the KEK rotation) and every class's keySecret,
+     each once. The Role that lets the sidecars get the Secrets the classes
+     name lists exactly these; never empty (rbdcsi.keksName never is), so
+     the Role stays valid. */}}
+{{- define "rbdcsi.kekSecrets" -}}
+{{- $names := list (include "rbdcsi.keksName" .) -}}
+{{- range .Values.storageClasses -}}
+{{- with .keySecret -}}{{- $names = append $names . -}}{{- end -}}
+{{- end -}}
+{{- $quoted := list -}}
+{{- range $names | compact | uniq -}}{{- $quoted = append $quoted (quote .) -}}{{- end -}}
+[{{ join ", " $quoted }}]
+{{- end -}}
+
 {{/* Refuses settings the schema cannot express, and an install into a
      cluster that lacks the kinds the values ask for (helm template and
      helm install --dry-run=client know a cluster's kinds only from
@@ -105,6 +127,16 @@ app.kubernetes.io/component: {{ .component }}
 {{- if not (or (include "rbdcsi.classPool" (dict "root" $ "class" .)) (and .parameters .parameters.topologyConstrainedPools)) -}}
 {{- fail (printf "storageClasses %s: needs pool (or the top-level pool), or parameters.topologyConstrainedPools" .name) -}}
 {{- end -}}
+{{- $encrypted := and .parameters (eq (toString .parameters.encrypted) "true") -}}
+{{- if and $encrypted (not .keySecret) -}}
+{{- fail (printf "storageClasses %s: encrypted classes need keySecret, the Secret of their KMS's keys (KEKs, or KMIP client credentials) in the release namespace: the class's provisioner and node-stage secret, the only Secret it names (docs/encryption.md)" .name) -}}
+{{- end -}}
+{{- if and .keySecret (not $encrypted) -}}
+{{- fail (printf "storageClasses %s: keySecret is for encrypted classes (parameters.encrypted: \"true\"); a class names no other Secret, the plugins reach Ceph as their own users" .name) -}}
+{{- end -}}
+{{- if and .keySecret (eq .keySecret $.Values.secrets.controller.name) -}}
+{{- fail (printf "storageClasses %s: keySecret %q is secrets.controller.name, the Secret of the controller's Ceph key; keep KEKs in a Secret of their own (the driver refuses a Secret with both)" .name .keySecret) -}}
+{{- end -}}
 {{- end -}}
 {{- range $name, $img := .Values.images -}}
 {{- if and (kindIs "map" $img) (eq (toString $img.tag) "latest") (not $img.digest) -}}
@@ -120,6 +152,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 {{- $s := .Values.secrets -}}
+{{- $keks := include "rbdcsi.keksName" . -}}
+{{- if eq $keks $s.controller.name -}}
+{{- fail (printf "secrets.keks.name %q is secrets.controller.name, the Secret of the controller's Ceph key; keep KEKs in a Secret of their own (the driver refuses a Secret with both)" $keks) -}}
+{{- end -}}
 {{- range $who, $sec := $s -}}
 {{- if and $sec.create (not (and $sec.userID $sec.userKey)) -}}
 {{- fail (printf "secrets.%s: create is true, so userID and userKey are needed (or set create: false and name an existing Secret)" $who) -}}
