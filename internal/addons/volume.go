@@ -45,6 +45,46 @@ func volumeID(id string, src *replication.ReplicationSource) (string, error) {
 	return id, nil
 }
 
+// call is what a replication request names: the call (for messages),
+// its volume, its secrets and the class's parameters.
+type call struct {
+	name    string
+	id      string
+	src     *replication.ReplicationSource
+	secrets map[string]string
+	// params are the class's parameters, checked when parse is set (the
+	// calls that apply them).
+	params map[string]string
+	parse  bool
+	// ownCreds lets a read use the driver's credentials when the request
+	// has none; mirrored refuses a volume whose replication is off.
+	ownCreds, mirrored bool
+}
+
+// withVolume is every replication call's preamble: it checks the class's
+// parameters, opens the volume under its lock, refuses it unless it is
+// mirrored where the call needs that, then runs f and releases the lock.
+func (r *Replication) withVolume(ctx context.Context, c call, f func(volume, classParams) error) error {
+	var params classParams
+	if c.parse {
+		var err error
+		if params, err = parseParams(c.params); err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+	v, release, err := r.open(ctx, c.id, c.src, c.secrets, c.ownCreds)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if c.mirrored {
+		if err := v.mirrored(c.name); err != nil {
+			return err
+		}
+	}
+	return f(v, params)
+}
+
 // open resolves the volume of a request, takes its lock (Aborted while
 // another call holds it) and reads its image (NotFound when there is none,
 // or only an unfinished one). The caller releases the lock. Calls that
