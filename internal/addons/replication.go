@@ -16,8 +16,7 @@ import (
 // the first time did, changing nothing.
 type Replication struct {
 	replication.UnimplementedControllerServer
-
-	o Options
+	volumes
 }
 
 // EnableVolumeReplication turns snapshot-based mirroring on and sets the

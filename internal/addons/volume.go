@@ -14,6 +14,10 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
+// volumes opens the volumes the calls name, for every service that acts
+// on one.
+type volumes struct{ o Options }
+
 // volume is what a call acts on: the ID it was given, where the image is
 // and what it is now.
 type volume struct {
@@ -64,7 +68,7 @@ type call struct {
 // withVolume is every replication call's preamble: it checks the class's
 // parameters, opens the volume under its lock, refuses it unless it is
 // mirrored where the call needs that, then runs f and releases the lock.
-func (r *Replication) withVolume(ctx context.Context, c call, f func(volume, classParams) error) error {
+func (r *volumes) withVolume(ctx context.Context, c call, f func(volume, classParams) error) error {
 	var params classParams
 	if c.parse {
 		var err error
@@ -90,7 +94,7 @@ func (r *Replication) withVolume(ctx context.Context, c call, f func(volume, cla
 // or only an unfinished one). The caller releases the lock. Calls that
 // change a volume bring their own secrets; ownCredsOK lets a read use the
 // driver's credentials when the request has none.
-func (r *Replication) open(ctx context.Context, id string, src *replication.ReplicationSource, secrets map[string]string, ownCredsOK bool) (volume, func(), error) {
+func (r *volumes) open(ctx context.Context, id string, src *replication.ReplicationSource, secrets map[string]string, ownCredsOK bool) (volume, func(), error) {
 	id, err := volumeID(id, src)
 	if err != nil {
 		return volume{}, nil, err
@@ -127,7 +131,7 @@ func (r *Replication) open(ctx context.Context, id string, src *replication.Repl
 }
 
 // credentials are the request's, or the driver's own where allowed.
-func (r *Replication) credentials(secrets map[string]string, ownCredsOK bool) (cluster.Credentials, error) {
+func (r *volumes) credentials(secrets map[string]string, ownCredsOK bool) (cluster.Credentials, error) {
 	if len(secrets) == 0 && ownCredsOK && r.o.Credentials != nil {
 		return *r.o.Credentials, nil
 	}
