@@ -73,6 +73,7 @@ func allocated(t *testing.T, path string) int64 {
 
 func run(t *testing.T, argv ...string) string {
 	t.Helper()
+	// runs: losetup mkfs.ext4 mount umount
 	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v: %v: %s", argv, err, out)
