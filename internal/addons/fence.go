@@ -22,8 +22,8 @@ import (
 // cluster's OSDs, through the same OSD blocklist the controller's
 // force-detach fences add single client instances to. A host (/32,
 // /128) is an address entry, which every release takes; a wider block
-// is a range entry (Pacific 16.2.15 takes them; a monitor that does not
-// is found out and the call refused). Every call is idempotent.
+// is a range entry (Pacific 16.2.15's monitors take them; one that does
+// not is found out and the call refused). Every call is idempotent.
 type Fence struct {
 	fence.UnimplementedFenceControllerServer
 

@@ -22,8 +22,8 @@ import (
 // range of hosts, where Blocklist bars one client instance. A single host
 // is an address entry with port and nonce 0 ("ip:0/0"), which the OSDs
 // match against every instance of that IP on every release; a wider
-// prefix is a range entry ("osd blocklist range add"), which Pacific
-// 16.2.15, Reef and later monitors take. Adding either needs only
+// prefix is a range entry ("osd blocklist range add"), which the monitors
+// of Pacific 16.2.15 take (as e2e/addons shows); older ones may not. Adding either needs only
 // `mon 'profile rbd'` (its grant allows blocklistop=add for any address
 // of the form x/n, ranges too); removing needs blocklistop=rm
 // (cluster.CapLift) or more.
@@ -47,6 +47,11 @@ func (b *Backend) BlocklistNetwork(ctx context.Context, monHost string, cred clu
 	}
 	return rbd.RefusedAt(cred, cluster.CapMon, b.withConn(ctx, monHost, cred, "BlocklistNetwork", func(conn *rados.Conn) error {
 		if _, err := monCommandOut(conn, cmd); err != nil {
+			if !host && errors.Is(err, rbd.ErrInvalid) {
+				// The address is well-formed (a netip.Prefix): what the
+				// monitor refuses is the range itself.
+				return fmt.Errorf("%w: the monitors refused %s as a range (%w); fence its hosts one by one (/32, /128)", rbd.ErrNotSupported, prefix, err)
+			}
 			return fmt.Errorf("blocklisting %s: %w", prefix, err)
 		}
 		if !host {
