@@ -127,7 +127,10 @@ func TestNetworkFence(t *testing.T) {
 // as an address entry and as a range, makes a write from it fail at the
 // OSDs until it is lifted. It is made through the backend itself, since
 // the plugin refuses to fence the address it reaches the cluster from,
-// which every client on this machine shares.
+// which every client on this machine shares. The cluster's daemons share
+// it too, but what they send each other (peering, replication, the
+// monitors' traffic) is no client I/O, and is not barred; the fence lasts
+// no longer than the one write.
 func TestNetworkFenceBarsClients(t *testing.T) {
 	c := harness.LoadCluster(t)
 	conns := ceph.NewConns(ceph.DefaultOptions())
