@@ -5,18 +5,21 @@ import (
 	"testing"
 )
 
-// The csi-addons endpoint is the controller's, of its own, and on
+// The csi-addons endpoint is a socket of its own, in every mode, and on
 // loopback unless --allow-remote-endpoint says otherwise.
 func TestAddonsEndpointFlag(t *testing.T) {
-	ok := []string{"--mode=controller", "--endpoint=unix:///tmp/x/csi.sock", "--csi-addons-endpoint=unix:///tmp/x/csi-addons.sock"}
-	if f, err := parseFlags(ok); err != nil || f.addonsEndpoint != "unix:///tmp/x/csi-addons.sock" {
-		t.Fatalf("%v: %+v %v", ok, f.addonsEndpoint, err)
+	for _, ok := range [][]string{
+		{"--mode=controller", "--endpoint=unix:///tmp/x/csi.sock", "--csi-addons-endpoint=unix:///tmp/x/csi-addons.sock"},
+		{"--mode=node", "--nodeid=n", "--endpoint=unix:///tmp/x/csi.sock", "--csi-addons-endpoint=unix:///tmp/x/csi-addons.sock"},
+	} {
+		if f, err := parseFlags(ok); err != nil || f.addonsEndpoint != "unix:///tmp/x/csi-addons.sock" {
+			t.Fatalf("%v: %+v %v", ok, f.addonsEndpoint, err)
+		}
 	}
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"--mode=node", "--nodeid=n", "--csi-addons-endpoint=unix:///tmp/x/a.sock"}, "not in node mode"},
 		{[]string{"--mode=controller", "--endpoint=unix:///tmp/x/csi.sock", "--csi-addons-endpoint=unix:///tmp/x/csi.sock"}, "must differ"},
 		{[]string{"--mode=controller", "--csi-addons-endpoint=tcp://0.0.0.0:9070"}, "--allow-remote-endpoint"},
 	} {

@@ -63,7 +63,7 @@ func parseFlags(args []string) (flags, error) {
 	var f flags
 	fs := flag.NewFlagSet("rbdplugin", flag.ContinueOnError)
 	fs.StringVar(&f.endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path/to/csi.sock or tcp://host:port")
-	fs.StringVar(&f.addonsEndpoint, "csi-addons-endpoint", "", "controller and all modes: serve the csi-addons services (Identity, VolumeReplication) on this endpoint of their own, unix:///path/to/csi-addons.sock or tcp://host:port, for the csi-addons sidecar (docs/disaster-recovery.md); empty: not served")
+	fs.StringVar(&f.addonsEndpoint, "csi-addons-endpoint", "", "serve the csi-addons services on this endpoint of their own, unix:///path/to/csi-addons.sock or tcp://host:port, for the csi-addons sidecar: Identity, and in controller mode VolumeReplication, ReclaimSpace (sparsify) and NetworkFence, in node mode ReclaimSpace (fstrim), in all mode both (docs/reference.md); empty: not served")
 	fs.BoolVar(&f.remoteTCP, "allow-remote-endpoint", false, "let --endpoint=tcp:// bind an address other than loopback: the CSI API has no authentication, so only for tests across machines")
 	fs.StringVar(&f.nodeID, "nodeid", "", "this node's ID (the Kubernetes node name); required in node mode")
 	fs.StringVar(&f.driverName, "drivername", DefaultDriverName, "CSI driver name, as in the CSIDriver object and StorageClasses")
@@ -241,13 +241,14 @@ func run(ctx context.Context, f flags) error {
 		}
 	}
 	var topology map[string]string
+	var nodeService *node.Node
 	if f.mode != "controller" {
 		n, err := startNode(ctx, f, w)
 		if err != nil {
 			return err
 		}
 		defer n.stop()
-		services.Node, topology = n.service, n.topology
+		services.Node, topology, nodeService = n.service, n.topology, n.service
 		checks = append(checks, n.checks...)
 	}
 	// A controller places volumes by topology wherever the CO asks for it;
@@ -267,7 +268,7 @@ func run(ctx context.Context, f flags) error {
 		return err
 	}
 	defer stopBuiltins()
-	stopAddons, err := startAddons(ctx, f, w, cancel)
+	stopAddons, err := startAddons(ctx, f, w, nodeService, cancel)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,10 @@
-// Package addons serves the csi-addons services beside the CSI controller,
-// on a socket of their own: Identity and VolumeReplication, a thin
+// Package addons serves the csi-addons services on a socket of their own.
+// Beside the CSI controller: Identity, VolumeReplication (a thin
 // translation of the csi-addons calls onto RBD snapshot-based mirroring
-// through the storage contract (internal/rbd.MirrorBackend).
+// through the storage contract, internal/rbd.MirrorBackend), the offline
+// ReclaimSpace (sparsify) and NetworkFence (OSD blocklist entries of
+// whole hosts and ranges). Beside the CSI node: Identity and the online
+// ReclaimSpace (fstrim of a staged filesystem).
 //
 // The csi-addons controller acts on the codes it gets: it retries a
 // Promote that failed with FailedPrecondition at once with force. So
@@ -13,8 +16,12 @@ package addons
 
 import (
 	"context"
+	"net/netip"
+	"time"
 
+	"github.com/csi-addons/spec/lib/go/fence"
 	"github.com/csi-addons/spec/lib/go/identity"
+	"github.com/csi-addons/spec/lib/go/reclaimspace"
 	"github.com/csi-addons/spec/lib/go/replication"
 	"google.golang.org/grpc"
 
@@ -24,11 +31,30 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
-// Backend is what the services ask of Ceph.
+// Backend is what the controller's services ask of Ceph.
 type Backend interface {
 	StatFamily(ctx context.Context, p rbd.Pool, name, id string) (rbd.Family, error)
+	Sparsify(ctx context.Context, p rbd.Pool, name string) error
+	// UsedBytes is what the image's head holds of its own.
+	UsedBytes(ctx context.Context, p rbd.Pool, name string) (uint64, error)
 	rbd.MirrorBackend
 }
+
+// Fencer bars whole hosts and ranges of them from a cluster's OSDs
+// (internal/rbd/ceph): the same OSD blocklist the controller's
+// force-detach fences add single client instances to.
+type Fencer interface {
+	BlocklistNetwork(ctx context.Context, monHost string, cred cluster.Credentials, prefix netip.Prefix, expire time.Duration) error
+	UnblocklistNetwork(ctx context.Context, monHost string, cred cluster.Credentials, prefix netip.Prefix) error
+	BlocklistedNetworks(ctx context.Context, monHost string, cred cluster.Credentials) ([]netip.Prefix, error)
+	// ClientAddress is the cluster's fsid and the IP it sees this
+	// backend's connection at.
+	ClientAddress(ctx context.Context, monHost string, cred cluster.Credentials) (fsid string, addr netip.Addr, err error)
+}
+
+// NodeTrim trims one staged volume (internal/node.Node.TrimVolume),
+// answering a gRPC status when it cannot.
+type NodeTrim func(ctx context.Context, volumeID, stagingPath string) error
 
 // Clusters resolves a volume ID's clusterID: its own entry or the entry
 // whose cluster holds the mirror copies of that peer's images.
@@ -36,9 +62,13 @@ type Clusters interface {
 	Lookup(clusterID string) (cluster.Cluster, error)
 }
 
-// Options configure the services.
+// Options configure the services. A controller plugin sets Backend (and
+// Fencer), a node plugin NodeTrim; the socket serves, and Identity
+// advertises, only the services of what is set.
 type Options struct {
 	Backend  Backend
+	Fencer   Fencer
+	NodeTrim NodeTrim
 	Clusters Clusters
 	// Credentials serve GetVolumeReplicationInfo without secrets. Nil:
 	// every call needs its own.
@@ -56,8 +86,12 @@ type Options struct {
 
 // Services are the csi-addons services.
 type Services struct {
+	o           Options
 	identity    *Identity
 	replication *Replication
+	reclaim     *Reclaim
+	nodeReclaim *NodeReclaim
+	fence       *Fence
 }
 
 // New returns the services.
@@ -65,13 +99,31 @@ func New(o Options) *Services {
 	if o.Locks == nil {
 		o.Locks = lock.New()
 	}
-	return &Services{identity: &Identity{name: o.DriverName, version: o.Version, ready: o.Ready}, replication: &Replication{o: o}}
+	vols := volumes{o: o}
+	return &Services{
+		o: o,
+		identity: &Identity{name: o.DriverName, version: o.Version, ready: o.Ready,
+			controller: o.Backend != nil, node: o.NodeTrim != nil, fence: o.Fencer != nil},
+		replication: &Replication{volumes: vols},
+		reclaim:     &Reclaim{volumes: vols},
+		nodeReclaim: &NodeReclaim{trim: o.NodeTrim},
+		fence:       &Fence{o: o},
+	}
 }
 
-// Register adds the services to a gRPC server.
+// Register adds the services Options call for to a gRPC server.
 func (s *Services) Register(g *grpc.Server) {
 	identity.RegisterIdentityServer(g, s.identity)
-	replication.RegisterControllerServer(g, s.replication)
+	if s.o.Backend != nil {
+		replication.RegisterControllerServer(g, s.replication)
+		reclaimspace.RegisterReclaimSpaceControllerServer(g, s.reclaim)
+	}
+	if s.o.Fencer != nil {
+		fence.RegisterFenceControllerServer(g, s.fence)
+	}
+	if s.o.NodeTrim != nil {
+		reclaimspace.RegisterReclaimSpaceNodeServer(g, s.nodeReclaim)
+	}
 }
 
 // Identity is the csi-addons Identity service.
@@ -79,3 +131,12 @@ func (s *Services) Identity() *Identity { return s.identity }
 
 // Replication is the csi-addons replication Controller service.
 func (s *Services) Replication() *Replication { return s.replication }
+
+// Reclaim is the csi-addons ReclaimSpace controller service.
+func (s *Services) Reclaim() *Reclaim { return s.reclaim }
+
+// NodeReclaim is the csi-addons ReclaimSpace node service.
+func (s *Services) NodeReclaim() *NodeReclaim { return s.nodeReclaim }
+
+// Fence is the csi-addons NetworkFence service.
+func (s *Services) Fence() *Fence { return s.fence }

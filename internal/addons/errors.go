@@ -9,19 +9,15 @@ import (
 
 // cephCodes are the codes of the backend's causes common to every call;
 // what a call must decide itself (a promote that needs force, a resync
-// that is not called for) it decides before this table.
+// that is not called for) it decides before this table. Beyond the
+// common rows: a mirroring state that does not allow the call, and a busy
+// image, which a retry may find free.
 func cephCodes() grpcerr.Table {
-	return grpcerr.Table{
-		{Err: rbd.ErrUnavailable, Code: codes.Unavailable},
-		{Err: rbd.ErrPermission, Code: codes.PermissionDenied},
-		{Err: rbd.ErrUnusableKey, Code: codes.InvalidArgument},
-		{Err: rbd.ErrNoSpace, Code: codes.ResourceExhausted},
-		{Err: rbd.ErrPoolNotFound, Code: codes.NotFound},
-		{Err: rbd.ErrNotFound, Code: codes.NotFound},
-		{Err: rbd.ErrNotMirrored, Code: codes.FailedPrecondition},
-		{Err: rbd.ErrInvalid, Code: codes.FailedPrecondition},
-		{Err: rbd.ErrBusy, Code: codes.Unavailable},
-	}
+	return grpcerr.Ceph(
+		grpcerr.Rule{Err: rbd.ErrNotMirrored, Code: codes.FailedPrecondition},
+		grpcerr.Rule{Err: rbd.ErrInvalid, Code: codes.FailedPrecondition},
+		grpcerr.Rule{Err: rbd.ErrBusy, Code: codes.Unavailable},
+	)
 }
 
 // cephStatus turns a backend error into a gRPC status.

@@ -20,33 +20,32 @@ import (
 // every write acknowledged before its time. No peer with a completed sync
 // leaves the time unset; the status says why.
 func (r *Replication) GetVolumeReplicationInfo(ctx context.Context, req *replication.GetVolumeReplicationInfoRequest) (*replication.GetVolumeReplicationInfoResponse, error) {
-	v, release, err := r.open(ctx, req.GetVolumeId(), req.GetReplicationSource(), req.GetSecrets(), true)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	if err := v.mirrored("GetVolumeReplicationInfo"); err != nil {
-		return nil, err
-	}
-	if !v.fam.Mirror.Primary {
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is the non-primary copy on this site: replication info is reported at the primary", v.id)
-	}
-	st, err := r.o.Backend.MirrorStatus(ctx, v.pool, v.image())
-	if err != nil {
-		return nil, cephStatus(err)
-	}
 	resp := &replication.GetVolumeReplicationInfoResponse{}
-	resp.Status, resp.StatusMessage = health(st, v.fam.Mirror)
-	var oldest *rbd.MirrorSync
-	for _, p := range st.Peers {
-		if ls, ok := p.LastSync(); ok && (oldest == nil || ls.SnapshotTime.Before(oldest.SnapshotTime)) {
-			oldest = &ls
+	c := call{name: "GetVolumeReplicationInfo", id: req.GetVolumeId(), src: req.GetReplicationSource(), secrets: req.GetSecrets(), ownCreds: true, mirrored: true}
+	err := r.withVolume(ctx, c, func(v volume, _ classParams) error {
+		if !v.fam.Mirror.Primary {
+			return status.Errorf(codes.FailedPrecondition, "volume %s is the non-primary copy on this site: replication info is reported at the primary", v.id)
 		}
-	}
-	if oldest != nil {
-		resp.LastSyncTime = timestamppb.New(oldest.SnapshotTime)
-		resp.LastSyncDuration = durationpb.New(oldest.Duration)
-		resp.LastSyncBytes = oldest.Bytes
+		st, err := r.o.Backend.MirrorStatus(ctx, v.pool, v.image())
+		if err != nil {
+			return cephStatus(err)
+		}
+		resp.Status, resp.StatusMessage = health(st, v.fam.Mirror)
+		var oldest *rbd.MirrorSync
+		for _, p := range st.Peers {
+			if ls, ok := p.LastSync(); ok && (oldest == nil || ls.SnapshotTime.Before(oldest.SnapshotTime)) {
+				oldest = &ls
+			}
+		}
+		if oldest != nil {
+			resp.LastSyncTime = timestamppb.New(oldest.SnapshotTime)
+			resp.LastSyncDuration = durationpb.New(oldest.Duration)
+			resp.LastSyncBytes = oldest.Bytes
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return resp, nil
 }

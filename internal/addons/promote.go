@@ -27,25 +27,20 @@ import (
 // primary is refused: that peer takes writes the promoted copy would
 // never hold.
 func (r *Replication) PromoteVolume(ctx context.Context, req *replication.PromoteVolumeRequest) (*replication.PromoteVolumeResponse, error) {
-	params, err := parseParams(req.GetParameters())
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	v, release, err := r.open(ctx, req.GetVolumeId(), req.GetReplicationSource(), req.GetSecrets(), false)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	if err := v.mirrored("PromoteVolume"); err != nil {
-		return nil, err
-	}
-	if !v.fam.Mirror.Primary {
-		if err := r.promote(ctx, v, req.GetForce()); err != nil {
-			return nil, err
+	c := call{name: "PromoteVolume", id: req.GetVolumeId(), src: req.GetReplicationSource(), secrets: req.GetSecrets(), params: req.GetParameters(), parse: true, mirrored: true}
+	err := r.withVolume(ctx, c, func(v volume, params classParams) error {
+		if !v.fam.Mirror.Primary {
+			if err := r.promote(ctx, v, req.GetForce()); err != nil {
+				return err
+			}
 		}
-	}
-	if err := r.setSchedule(ctx, v, params.schedule); err != nil {
-		return nil, cephStatus(err)
+		if err := r.setSchedule(ctx, v, params.schedule); err != nil {
+			return cephStatus(err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return &replication.PromoteVolumeResponse{}, nil
 }

@@ -16,39 +16,36 @@ import (
 // the first time did, changing nothing.
 type Replication struct {
 	replication.UnimplementedControllerServer
-
-	o Options
+	volumes
 }
 
 // EnableVolumeReplication turns snapshot-based mirroring on and sets the
 // class's schedule.
 func (r *Replication) EnableVolumeReplication(ctx context.Context, req *replication.EnableVolumeReplicationRequest) (*replication.EnableVolumeReplicationResponse, error) {
-	params, err := parseParams(req.GetParameters())
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	v, release, err := r.open(ctx, req.GetVolumeId(), req.GetReplicationSource(), req.GetSecrets(), false)
+	c := call{name: "EnableVolumeReplication", id: req.GetVolumeId(), src: req.GetReplicationSource(), secrets: req.GetSecrets(), params: req.GetParameters(), parse: true}
+	err := r.withVolume(ctx, c, func(v volume, params classParams) error {
+		switch m := v.fam.Mirror; {
+		case m == nil:
+			if err := r.parentMirrored(ctx, v); err != nil {
+				return err
+			}
+			err := r.o.Backend.EnableMirroring(ctx, v.pool, v.image())
+			if errors.Is(err, rbd.ErrNotMirrored) {
+				return status.Errorf(codes.FailedPrecondition, "%v: the pool must mirror images one by one (rbd mirror pool enable %s image) and be peered with the other site (docs/disaster-recovery.md)", err, v.pool.Name)
+			}
+			if err != nil {
+				return cephStatus(err)
+			}
+		case m.Mode != rbd.MirrorModeSnapshot:
+			return status.Errorf(codes.FailedPrecondition, "volume %s is mirrored in %s mode, set outside this driver, which mirrors by snapshots only", v.id, m.Mode)
+		}
+		if err := r.setSchedule(ctx, v, params.schedule); err != nil {
+			return cephStatus(err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	defer release()
-	switch m := v.fam.Mirror; {
-	case m == nil:
-		if err := r.parentMirrored(ctx, v); err != nil {
-			return nil, err
-		}
-		err := r.o.Backend.EnableMirroring(ctx, v.pool, v.image())
-		if errors.Is(err, rbd.ErrNotMirrored) {
-			return nil, status.Errorf(codes.FailedPrecondition, "%v: the pool must mirror images one by one (rbd mirror pool enable %s image) and be peered with the other site (docs/disaster-recovery.md)", err, v.pool.Name)
-		}
-		if err != nil {
-			return nil, cephStatus(err)
-		}
-	case m.Mode != rbd.MirrorModeSnapshot:
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is mirrored in %s mode, set outside this driver, which mirrors by snapshots only", v.id, m.Mode)
-	}
-	if err := r.setSchedule(ctx, v, params.schedule); err != nil {
-		return nil, cephStatus(err)
 	}
 	return &replication.EnableVolumeReplicationResponse{}, nil
 }
@@ -82,22 +79,24 @@ func (r *Replication) parentMirrored(ctx context.Context, v volume) error {
 // refused: turned off there, it would become a second image that silently
 // parts from the primary.
 func (r *Replication) DisableVolumeReplication(ctx context.Context, req *replication.DisableVolumeReplicationRequest) (*replication.DisableVolumeReplicationResponse, error) {
-	v, release, err := r.open(ctx, req.GetVolumeId(), req.GetReplicationSource(), req.GetSecrets(), false)
+	c := call{name: "DisableVolumeReplication", id: req.GetVolumeId(), src: req.GetReplicationSource(), secrets: req.GetSecrets()}
+	err := r.withVolume(ctx, c, func(v volume, _ classParams) error {
+		switch m := v.fam.Mirror; {
+		case m == nil:
+			return nil
+		case !m.Primary:
+			return status.Errorf(codes.FailedPrecondition, "volume %s is the non-primary copy on this site: disable replication at its primary (rbd-mirror then removes this copy), or promote this copy first", v.id)
+		}
+		if err := r.setSchedule(ctx, v, nil); err != nil {
+			return cephStatus(err)
+		}
+		if err := r.o.Backend.DisableMirroring(ctx, v.pool, v.image()); err != nil {
+			return cephStatus(err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	defer release()
-	switch m := v.fam.Mirror; {
-	case m == nil:
-		return &replication.DisableVolumeReplicationResponse{}, nil
-	case !m.Primary:
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is the non-primary copy on this site: disable replication at its primary (rbd-mirror then removes this copy), or promote this copy first", v.id)
-	}
-	if err := r.setSchedule(ctx, v, nil); err != nil {
-		return nil, cephStatus(err)
-	}
-	if err := r.o.Backend.DisableMirroring(ctx, v.pool, v.image()); err != nil {
-		return nil, cephStatus(err)
 	}
 	return &replication.DisableVolumeReplicationResponse{}, nil
 }
@@ -115,29 +114,28 @@ func (r *Replication) DisableVolumeReplication(ctx context.Context, req *replica
 // then ends a split-brain, and this copy's writes are given up on
 // purpose) or the call has force.
 func (r *Replication) DemoteVolume(ctx context.Context, req *replication.DemoteVolumeRequest) (*replication.DemoteVolumeResponse, error) {
-	v, release, err := r.open(ctx, req.GetVolumeId(), req.GetReplicationSource(), req.GetSecrets(), false)
+	c := call{name: "DemoteVolume", id: req.GetVolumeId(), src: req.GetReplicationSource(), secrets: req.GetSecrets(), mirrored: true}
+	err := r.withVolume(ctx, c, func(v volume, _ classParams) error {
+		if !v.fam.Mirror.Primary {
+			return nil
+		}
+		if !req.GetForce() {
+			st, err := r.o.Backend.MirrorStatus(ctx, v.pool, v.image())
+			if err != nil {
+				return cephStatus(err)
+			}
+			if !peerPulls(st, v.fam.Mirror) {
+				return status.Errorf(codes.Unavailable, "volume %s: no peer's rbd-mirror reports replaying this image yet (%s): demoted now, the writes since its last sync would stay here, where no peer copies them; "+
+					"retry once a peer replays it (force demotes anyway)", v.id, peerStates(st))
+			}
+		}
+		if err := r.o.Backend.DemoteImage(ctx, v.pool, v.image()); err != nil {
+			return cephStatus(err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	defer release()
-	if err := v.mirrored("DemoteVolume"); err != nil {
-		return nil, err
-	}
-	if !v.fam.Mirror.Primary {
-		return &replication.DemoteVolumeResponse{}, nil
-	}
-	if !req.GetForce() {
-		st, err := r.o.Backend.MirrorStatus(ctx, v.pool, v.image())
-		if err != nil {
-			return nil, cephStatus(err)
-		}
-		if !peerPulls(st, v.fam.Mirror) {
-			return nil, status.Errorf(codes.Unavailable, "volume %s: no peer's rbd-mirror reports replaying this image yet (%s): demoted now, the writes since its last sync would stay here, where no peer copies them; "+
-				"retry once a peer replays it (force demotes anyway)", v.id, peerStates(st))
-		}
-	}
-	if err := r.o.Backend.DemoteImage(ctx, v.pool, v.image()); err != nil {
-		return nil, cephStatus(err)
 	}
 	return &replication.DemoteVolumeResponse{}, nil
 }

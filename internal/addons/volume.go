@@ -14,6 +14,10 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
+// volumes opens the volumes the calls name, for every service that acts
+// on one.
+type volumes struct{ o Options }
+
 // volume is what a call acts on: the ID it was given, where the image is
 // and what it is now.
 type volume struct {
@@ -45,12 +49,52 @@ func volumeID(id string, src *replication.ReplicationSource) (string, error) {
 	return id, nil
 }
 
+// call is what a replication request names: the call (for messages),
+// its volume, its secrets and the class's parameters.
+type call struct {
+	name    string
+	id      string
+	src     *replication.ReplicationSource
+	secrets map[string]string
+	// params are the class's parameters, checked when parse is set (the
+	// calls that apply them).
+	params map[string]string
+	parse  bool
+	// ownCreds lets a read use the driver's credentials when the request
+	// has none; mirrored refuses a volume whose replication is off.
+	ownCreds, mirrored bool
+}
+
+// withVolume is every replication call's preamble: it checks the class's
+// parameters, opens the volume under its lock, refuses it unless it is
+// mirrored where the call needs that, then runs f and releases the lock.
+func (r *volumes) withVolume(ctx context.Context, c call, f func(volume, classParams) error) error {
+	var params classParams
+	if c.parse {
+		var err error
+		if params, err = parseParams(c.params); err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+	v, release, err := r.open(ctx, c.id, c.src, c.secrets, c.ownCreds)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if c.mirrored {
+		if err := v.mirrored(c.name); err != nil {
+			return err
+		}
+	}
+	return f(v, params)
+}
+
 // open resolves the volume of a request, takes its lock (Aborted while
 // another call holds it) and reads its image (NotFound when there is none,
 // or only an unfinished one). The caller releases the lock. Calls that
 // change a volume bring their own secrets; ownCredsOK lets a read use the
 // driver's credentials when the request has none.
-func (r *Replication) open(ctx context.Context, id string, src *replication.ReplicationSource, secrets map[string]string, ownCredsOK bool) (volume, func(), error) {
+func (r *volumes) open(ctx context.Context, id string, src *replication.ReplicationSource, secrets map[string]string, ownCredsOK bool) (volume, func(), error) {
 	id, err := volumeID(id, src)
 	if err != nil {
 		return volume{}, nil, err
@@ -87,7 +131,7 @@ func (r *Replication) open(ctx context.Context, id string, src *replication.Repl
 }
 
 // credentials are the request's, or the driver's own where allowed.
-func (r *Replication) credentials(secrets map[string]string, ownCredsOK bool) (cluster.Credentials, error) {
+func (r *volumes) credentials(secrets map[string]string, ownCredsOK bool) (cluster.Credentials, error) {
 	if len(secrets) == 0 && ownCredsOK && r.o.Credentials != nil {
 		return *r.o.Credentials, nil
 	}

@@ -13,18 +13,9 @@ import (
 )
 
 // cephCodes are the codes of the backend's causes that are the same for
-// every call; the call-specific ones (NotFound, AlreadyExists) are decided
-// by the caller first.
-func cephCodes() grpcerr.Table {
-	return grpcerr.Table{
-		{Err: rbd.ErrUnavailable, Code: codes.Unavailable},
-		{Err: rbd.ErrPermission, Code: codes.PermissionDenied},
-		{Err: rbd.ErrUnusableKey, Code: codes.InvalidArgument},
-		{Err: rbd.ErrNoSpace, Code: codes.ResourceExhausted},
-		{Err: rbd.ErrPoolNotFound, Code: codes.NotFound},
-		{Err: rbd.ErrNotFound, Code: codes.NotFound},
-	}
-}
+// every call, the ones every service shares; the call-specific ones
+// (NotFound, AlreadyExists) are decided by the caller first.
+func cephCodes() grpcerr.Table { return grpcerr.Ceph() }
 
 // cephStatus turns a backend error into the gRPC status a caller can act on.
 func cephStatus(err error) error {

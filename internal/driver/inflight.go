@@ -43,10 +43,13 @@ func LimitControllerCalls(max int) grpc.UnaryServerInterceptor {
 }
 
 // worksInCeph: the Controller and GroupController calls but their
-// capabilities, and the csi-addons replication calls.
+// capabilities, and the csi-addons controller calls (replication, the
+// offline reclaim, fences). The node's reclaim is an fstrim on the node.
 func worksInCeph(method string) bool {
-	if strings.HasPrefix(method, "/replication.Controller/") {
-		return true
+	for _, addons := range []string{"/replication.Controller/", "/reclaimspace.ReclaimSpaceController/", "/fence.FenceController/"} {
+		if strings.HasPrefix(method, addons) {
+			return true
+		}
 	}
 	svc, name, _ := strings.Cut(strings.TrimPrefix(method, "/csi.v1."), "/")
 	switch svc {

@@ -50,7 +50,7 @@ func TestLimitControllerCalls(t *testing.T) {
 
 	quick := func(context.Context, any) (any, error) { return "ok", nil }
 	for _, m := range []string{"/csi.v1.Identity/Probe", "/csi.v1.Node/NodeStageVolume", "/csi.v1.Controller/ControllerGetCapabilities", "/csi.v1.GroupController/GroupControllerGetCapabilities",
-		"/identity.Identity/Probe"} {
+		"/identity.Identity/Probe", "/reclaimspace.ReclaimSpaceNode/NodeReclaimSpace"} {
 		resp, err := limit(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: m}, quick)
 		if resp != "ok" || err != nil {
 			t.Errorf("%s waited for a controller slot: %v %v", m, resp, err)
@@ -58,7 +58,8 @@ func TestLimitControllerCalls(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	for _, m := range []string{"/csi.v1.GroupController/CreateVolumeGroupSnapshot", "/replication.Controller/PromoteVolume"} {
+	for _, m := range []string{"/csi.v1.GroupController/CreateVolumeGroupSnapshot", "/replication.Controller/PromoteVolume",
+		"/reclaimspace.ReclaimSpaceController/ControllerReclaimSpace", "/fence.FenceController/FenceClusterNetwork"} {
 		if _, err := limit(ctx, nil, &grpc.UnaryServerInfo{FullMethod: m}, quick); status.Code(err) != codes.DeadlineExceeded {
 			t.Errorf("%s past its deadline while waiting: %v, want DeadlineExceeded", m, err)
 		}

@@ -1,6 +1,8 @@
 // Package grpcerr maps the sentinel errors of the backend packages to gRPC
 // codes, so that the controller and node services answer a cause alike.
-// It imports no backend itself: each service brings its own table.
+// Each service brings its own table; the storage contract's causes that
+// all of them answer alike are one table here (Ceph), which the services
+// extend.
 package grpcerr
 
 import (

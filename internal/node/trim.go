@@ -86,6 +86,12 @@ func (n *Node) trim(ctx context.Context, id string) TrimResult {
 	if err != nil || rec == nil || !trimmable(rec) {
 		return TrimResult{}
 	}
+	return n.trimStaged(ctx, id, rec)
+}
+
+// trimStaged runs fstrim on the staged filesystem of rec. The caller
+// holds the volume's lock and has checked that it is trimmable.
+func (n *Node) trimStaged(ctx context.Context, id string, rec *record) TrimResult {
 	if rec.Mounter == mapper.Fuse {
 		// rbd-fuse implements no fallocate: its loop device may take the
 		// discards, but nothing reaches Ceph (seen in TestFstrimGivesSpaceBack).

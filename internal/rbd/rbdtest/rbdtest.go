@@ -73,6 +73,8 @@ func Run(t *testing.T, newTarget func(t *testing.T) Target) {
 		{"Claims", testClaims},
 		{"Omap", testOmap},
 		{"Blocklist", testBlocklist},
+		{"NetworkFences", testNetworkFences},
+		{"UsedBytes", testUsedBytes},
 		{"LockHolderOutlivesItsWatch", testLockHolderOutlivesItsWatch},
 		{"Pools", testPools},
 		{"Refusals", testRefusals},
