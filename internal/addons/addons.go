@@ -70,8 +70,9 @@ type Options struct {
 	Fencer   Fencer
 	NodeTrim NodeTrim
 	Clusters Clusters
-	// Credentials serve GetVolumeReplicationInfo without secrets. Nil:
-	// every call needs its own.
+	// Credentials are the driver's own Ceph user (--controller-secret-dir),
+	// for replication and reclaim calls whose secrets name none. Nil:
+	// every such call needs its own.
 	Credentials *cluster.Credentials
 	// Locks are the controller's try-locks: a replication call and a
 	// controller call on one volume never run at once.

@@ -21,7 +21,7 @@ import (
 // leaves the time unset; the status says why.
 func (r *Replication) GetVolumeReplicationInfo(ctx context.Context, req *replication.GetVolumeReplicationInfoRequest) (*replication.GetVolumeReplicationInfoResponse, error) {
 	resp := &replication.GetVolumeReplicationInfoResponse{}
-	c := call{name: "GetVolumeReplicationInfo", id: req.GetVolumeId(), src: req.GetReplicationSource(), secrets: req.GetSecrets(), ownCreds: true, mirrored: true}
+	c := call{name: "GetVolumeReplicationInfo", id: req.GetVolumeId(), src: req.GetReplicationSource(), secrets: req.GetSecrets(), mirrored: true}
 	err := r.withVolume(ctx, c, func(v volume, _ classParams) error {
 		if !v.fam.Mirror.Primary {
 			return status.Errorf(codes.FailedPrecondition, "volume %s is the non-primary copy on this site: replication info is reported at the primary", v.id)

@@ -70,12 +70,20 @@ func TestGetVolumeReplicationInfo(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument, "GetVolumeReplicationInfo without secrets or credentials of its own")
 }
 
-// Without secrets, the info is read with the driver's own credentials.
-func TestGetVolumeReplicationInfoOwnCredentials(t *testing.T) {
+// Without a Ceph user in the secrets, the calls act as the driver's own:
+// the info is read, and replication enabled, with its credentials.
+func TestReplicationOwnCredentials(t *testing.T) {
 	e := newEnv(t, addons.Options{Credentials: &cluster.Credentials{ID: "csi", Key: key}})
 	id := e.mirrored("vol")
 	if _, err := e.getInfo(id, nil); err != nil {
 		t.Fatalf("without secrets: %v", err)
+	}
+	other := e.volume("other")
+	if _, err := e.r.EnableVolumeReplication(ctx(t), &replication.EnableVolumeReplicationRequest{VolumeId: other}); err != nil {
+		t.Fatalf("EnableVolumeReplication without secrets: %v", err)
+	}
+	if e.info("other").Mode == "" {
+		t.Error("replication of the volume enabled without secrets is off")
 	}
 }
 

@@ -41,7 +41,7 @@ type Reclaim struct {
 // volume's lock.
 func (r *Reclaim) ControllerReclaimSpace(ctx context.Context, req *reclaimspace.ControllerReclaimSpaceRequest) (*reclaimspace.ControllerReclaimSpaceResponse, error) {
 	resp := &reclaimspace.ControllerReclaimSpaceResponse{}
-	c := call{name: "ControllerReclaimSpace", id: req.GetVolumeId(), secrets: req.GetSecrets(), ownCreds: true}
+	c := call{name: "ControllerReclaimSpace", id: req.GetVolumeId(), secrets: req.GetSecrets()}
 	err := r.withVolume(ctx, c, func(v volume, _ classParams) error {
 		if m := v.fam.Mirror; m != nil && !m.Primary {
 			return status.Errorf(codes.FailedPrecondition, "volume %s is the non-primary copy of a mirrored image: a sparsify writes to it, and only rbd-mirror may; reclaim space at the primary, or after promoting this copy", v.id)

@@ -60,9 +60,8 @@ type call struct {
 	// calls that apply them).
 	params map[string]string
 	parse  bool
-	// ownCreds lets a read use the driver's credentials when the request
-	// has none; mirrored refuses a volume whose replication is off.
-	ownCreds, mirrored bool
+	// mirrored refuses a volume whose replication is off.
+	mirrored bool
 }
 
 // withVolume is every replication call's preamble: it checks the class's
@@ -76,7 +75,7 @@ func (r *volumes) withVolume(ctx context.Context, c call, f func(volume, classPa
 			return status.Error(codes.InvalidArgument, err.Error())
 		}
 	}
-	v, release, err := r.open(ctx, c.id, c.src, c.secrets, c.ownCreds)
+	v, release, err := r.open(ctx, c.id, c.src, c.secrets)
 	if err != nil {
 		return err
 	}
@@ -91,10 +90,10 @@ func (r *volumes) withVolume(ctx context.Context, c call, f func(volume, classPa
 
 // open resolves the volume of a request, takes its lock (Aborted while
 // another call holds it) and reads its image (NotFound when there is none,
-// or only an unfinished one). The caller releases the lock. Calls that
-// change a volume bring their own secrets; ownCredsOK lets a read use the
-// driver's credentials when the request has none.
-func (r *volumes) open(ctx context.Context, id string, src *replication.ReplicationSource, secrets map[string]string, ownCredsOK bool) (volume, func(), error) {
+// or only an unfinished one). The caller releases the lock. A request
+// whose secrets name no Ceph user acts as the driver's own user, as the
+// controller's calls do.
+func (r *volumes) open(ctx context.Context, id string, src *replication.ReplicationSource, secrets map[string]string) (volume, func(), error) {
 	id, err := volumeID(id, src)
 	if err != nil {
 		return volume{}, nil, err
@@ -107,7 +106,7 @@ func (r *volumes) open(ctx context.Context, id string, src *replication.Replicat
 	if err != nil {
 		return volume{}, nil, status.Errorf(codes.InvalidArgument, "%v (on a mirror site, the cluster map entry of this site's cluster lists the peer's clusterID in %q)", err, "peerClusterIDs")
 	}
-	cred, err := r.credentials(secrets, ownCredsOK)
+	cred, err := r.credentials(secrets)
 	if err != nil {
 		return volume{}, nil, err
 	}
@@ -130,12 +129,9 @@ func (r *volumes) open(ctx context.Context, id string, src *replication.Replicat
 	return v, release, nil
 }
 
-// credentials are the request's, or the driver's own where allowed.
-func (r *volumes) credentials(secrets map[string]string, ownCredsOK bool) (cluster.Credentials, error) {
-	if len(secrets) == 0 && ownCredsOK && r.o.Credentials != nil {
-		return *r.o.Credentials, nil
-	}
-	cred, err := cluster.CredentialsFromSecrets(secrets)
+// credentials are the Ceph user the request names, else the driver's own.
+func (r *volumes) credentials(secrets map[string]string) (cluster.Credentials, error) {
+	cred, err := cluster.CallCredentials(secrets, r.o.Credentials, "--controller-secret-dir")
 	if err != nil {
 		return cluster.Credentials{}, status.Errorf(codes.InvalidArgument, "%v (the VolumeReplicationClass's replication-secret-name/-namespace parameters name the Secret)", err)
 	}

@@ -26,7 +26,7 @@ import (
 // of Pacific 16.2.15 take (as e2e/addons shows); older ones may not. Adding either needs only
 // `mon 'profile rbd'` (its grant allows blocklistop=add for any address
 // of the form x/n, ranges too); removing needs blocklistop=rm
-// (cluster.CapLift) or more.
+// (cluster.CapNodeMon) or more.
 
 // BlocklistNetwork bars every client in prefix from the cluster's OSDs
 // for expire. Repeated, it sets the entry's expiry anew. A range on a
@@ -83,7 +83,7 @@ func (b *Backend) UnblocklistNetwork(ctx context.Context, monHost string, cred c
 	if !prefix.IsSingleIP() {
 		cmd["range"] = "range"
 	}
-	return rbd.RefusedAt(cred, cluster.CapLift, b.withConn(ctx, monHost, cred, "UnblocklistNetwork", func(conn *rados.Conn) error {
+	return rbd.RefusedAt(cred, cluster.CapNodeMon, b.withConn(ctx, monHost, cred, "UnblocklistNetwork", func(conn *rados.Conn) error {
 		// An entry that is not there is a success ("... isn't
 		// blocklisted", status 0).
 		if _, err := monCommandOut(conn, cmd); err != nil {
