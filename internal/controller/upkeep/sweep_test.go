@@ -111,6 +111,13 @@ func (w *watched) MirrorInfo(ctx context.Context, p rbd.Pool, name string) (rbd.
 	return w.Ceph.MirrorInfo(ctx, p, name)
 }
 
+func (w *watched) RemoveSnapshot(ctx context.Context, p rbd.Pool, imageID, snap string) error {
+	w.mu.Lock()
+	w.removed = append(w.removed, snap)
+	w.mu.Unlock()
+	return w.Ceph.RemoveSnapshot(ctx, p, imageID, snap)
+}
+
 func (w *watched) RemoveImage(ctx context.Context, p rbd.Pool, name string) error {
 	w.mu.Lock()
 	w.removed = append(w.removed, name)
@@ -119,10 +126,12 @@ func (w *watched) RemoveImage(ctx context.Context, p rbd.Pool, name string) erro
 }
 
 // The sweep leaves a non-primary mirror copy alone, whatever it looks
-// like (unfinished, or a hidden image nothing needs): it is the peer's.
-// It still removes an unfinished image that is mirrored as the primary,
-// or not mirrored, and it reads mirror info only for the images it would
-// remove, not for every image it looks at.
+// like (unfinished, a hidden image nothing needs, a volume with a clone's
+// temporary snapshot): it is the peer's. It still removes an unfinished
+// image that is mirrored as the primary, or not mirrored, and the
+// temporary snapshot of a volume that is not mirrored; it reads mirror
+// info only for the images it would change, not for every image it
+// looks at.
 func TestSweepLeavesNonPrimaryCopies(t *testing.T) {
 	for _, noMirrorInFamily := range []bool{false, true} {
 		t.Run(fmt.Sprintf("mirror info in the family %v", !noMirrorInFamily), func(t *testing.T) {
@@ -170,6 +179,19 @@ func TestSweepLeavesNonPrimaryCopies(t *testing.T) {
 				t.Fatal(err)
 			}
 			mirror(copyHidden, false)
+			// Volumes that a clone's CreateVolume left a temporary
+			// snapshot on, one of them a copy.
+			tmp := names.TmpSnap("clone")
+			withTmp := func(request string) string {
+				image := mk(request, map[string]string{records.MetaName: request})
+				if err := ceph.CreateSnapshot(bg, pool, image, tmp); err != nil {
+					t.Fatal(err)
+				}
+				return image
+			}
+			copyWithTmp := withTmp("copy-with-tmp")
+			mirror(copyWithTmp, false)
+			plainWithTmp := withTmp("plain-with-tmp")
 
 			obs := sweeps{done: make(chan error, 1)}
 			k := New(Options{Backend: w, Locks: lock.New(), Names: names, Clusters: cluster.NewStaticMap(nil),
@@ -189,27 +211,39 @@ func TestSweepLeavesNonPrimaryCopies(t *testing.T) {
 				t.Fatal(err)
 			}
 			slices.Sort(imgs)
-			want := []string{copyHidden, copyUnfinished, finished}
+			want := []string{copyHidden, copyUnfinished, finished, copyWithTmp, plainWithTmp}
 			slices.Sort(want)
 			if !slices.Equal(imgs, want) {
 				t.Errorf("after the sweep the pool holds %v, want %v", imgs, want)
 			}
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			for _, name := range w.removed {
-				if name == copyUnfinished || name == copyHidden {
-					t.Errorf("the sweep tried to remove the non-primary copy %s", name)
+			for image, want := range map[string]int{copyWithTmp: 1, plainWithTmp: 0} {
+				fam, err := ceph.StatFamily(bg, pool, image, "")
+				if err != nil || len(fam.Snaps) != want {
+					t.Errorf("%s has snapshots %v (%v), want %d", image, fam.Snaps, err, want)
 				}
 			}
-			// Read once for each image the sweep would remove whose
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if want := []string{primaryUnfinished, plainUnfinished, tmp}; !sameSet(w.removed, want) {
+				t.Errorf("the sweep removed %v, want %v (never a non-primary copy or its snapshot)", w.removed, want)
+			}
+			// Read once for each image the sweep would change whose
 			// family does not tell: never for the finished one.
-			wantReads := map[string]int{plainUnfinished: 1}
+			wantReads := map[string]int{plainUnfinished: 1, plainWithTmp: 1}
 			if noMirrorInFamily {
-				wantReads = map[string]int{copyUnfinished: 1, primaryUnfinished: 1, plainUnfinished: 1, copyHidden: 1}
+				wantReads = map[string]int{copyUnfinished: 1, primaryUnfinished: 1, plainUnfinished: 1, copyHidden: 1,
+					copyWithTmp: 1, plainWithTmp: 1}
 			}
 			if !maps.Equal(w.mirrorReads, wantReads) {
 				t.Errorf("mirror info read %v, want %v", w.mirrorReads, wantReads)
 			}
 		})
 	}
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }
