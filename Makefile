@@ -70,11 +70,16 @@ integration: build
 # and 127.0.0.3, peered for RBD snapshot mirroring, an rbd-mirror daemon on
 # each (scripts/dr-cluster.sh, always torn down), and e2e/dr through the
 # plugin's CSI and csi-addons sockets: relocation, failover, failback,
-# refusals. DR_FLAGS='-run TestRefusals' picks tests.
+# refusals, the sweep beside a mirror copy. DR_FLAGS='-run TestRefusals'
+# picks tests. DR_SUITE=forky runs it all on Tentacle, in the cached forky
+# root as the Ceph matrix does (scripts/dr-cluster.sh suite); DR_FLAGS then
+# go to the test binary (-test.run=TestRefusals).
 DR_FLAGS ?=
+DR_SUITE ?=
 .PHONY: dr-test
 dr-test: deps build
-	scripts/dr-cluster.sh run go test -count=1 -timeout 30m -v $(DR_FLAGS) ./e2e/dr/
+	if [ -n "$(DR_SUITE)" ]; then scripts/dr-cluster.sh suite $(DR_SUITE) $(DR_FLAGS); \
+	else scripts/dr-cluster.sh run go test -count=1 -timeout 30m -v $(DR_FLAGS) ./e2e/dr/; fi
 
 # Short bounded runs of every fuzz target (the seed corpora run in `unit`);
 # scripts/fuzz.sh tells a real finding from the fuzz engine's spurious

@@ -11,6 +11,14 @@
 #   dr-cluster.sh status DIR      each site's mirroring, peers and daemons
 #   dr-cluster.sh run CMD [ARG..] up in a temporary DIR, run CMD with DIR/env
 #                                 exported, always down afterwards
+#   dr-cluster.sh suite SUITE [ARG..]
+#                                 e2e/dr on SUITE's Ceph (forky: Tentacle), as
+#                                 the Ceph matrix's same-release cells run: the
+#                                 plugin and the suite built against its librbd,
+#                                 both clusters, their rbd-mirror and the tests
+#                                 in a chroot of its cached root
+#                                 (scripts/suite.sh); ARGs go to the test
+#                                 binary (-test.run=...)
 #
 # Environment: DR_ADDR_A (default 127.0.0.2), DR_ADDR_B (default 127.0.0.3),
 # DR_MIRROR_INTERVAL (seconds between rbd-mirror's looks and reports,
@@ -34,7 +42,7 @@ readonly MARKER=.dr-cluster-sh
 readonly MIRROR_INTERVAL=${DR_MIRROR_INTERVAL:-5}
 
 usage() {
-	echo "usage: $PROG up|down|status DIR, or $PROG run CMD [ARGS...]" >&2
+	echo "usage: $PROG up|down|status DIR, $PROG run CMD [ARGS...], or $PROG suite SUITE [TEST ARGS...]" >&2
 	exit 2
 }
 
@@ -126,9 +134,13 @@ cmd_up() {
 	mkdir -p "$DIR"
 	touch "$DIR/$MARKER"
 	# Both clusters at once: each takes the port lock only to start its mon.
-	CEPH_ADDR=$ADDR_A CEPH_WITH_MGR=1 CEPH_EC_POOL=0 "$here/ceph-cluster.sh" up "$(site_dir a)" >"$DIR/a.up.log" 2>&1 &
+	# The daemons start in /: Debian forky's Tentacle OSD looks for its
+	# object classes (cls_rbd) under a relative path,
+	# lib/x86_64-linux-gnu/rados-classes, and answers every rbd call with
+	# EOPNOTSUPP when started elsewhere (as from e2e/dr, where the tests run).
+	(cd / && CEPH_ADDR=$ADDR_A CEPH_WITH_MGR=1 CEPH_EC_POOL=0 exec "$here/ceph-cluster.sh" up "$(site_dir a)") >"$DIR/a.up.log" 2>&1 &
 	local pa=$!
-	CEPH_ADDR=$ADDR_B CEPH_WITH_MGR=1 CEPH_EC_POOL=0 "$here/ceph-cluster.sh" up "$(site_dir b)" >"$DIR/b.up.log" 2>&1 &
+	(cd / && CEPH_ADDR=$ADDR_B CEPH_WITH_MGR=1 CEPH_EC_POOL=0 exec "$here/ceph-cluster.sh" up "$(site_dir b)") >"$DIR/b.up.log" 2>&1 &
 	local pb=$! ok=1
 	wait "$pa" || ok=0
 	wait "$pb" || ok=0
@@ -194,6 +206,35 @@ cmd_run() {
 	"$@"
 }
 
+# cmd_suite SUITE [ARG...]: e2e/dr in a chroot of SUITE's cached root.
+# rbd-mirror is in no cached root: it is installed into the run's
+# throwaway overlay (scripts/rootfs.sh keeps the cached roots free of
+# anything a project adds). The chroot shares this machine's network, so
+# the sites listen on the same loopback addresses.
+cmd_suite() {
+	local suite=$1 work rc=0
+	shift
+	[[ $suite =~ ^[a-z]+$ ]] || die "bad suite name: $suite"
+	work=$(mktemp -d /tmp/rbdcsi-dr-suite.XXXXXX)
+	# shellcheck disable=SC2064 # expanded now: the directory of this run
+	trap "rm -rf --one-file-system '$work'" EXIT
+	if ! "$here/suite.sh" build "$suite" "$work/bin" dr >"$work/build.log" 2>&1; then
+		tail -n 30 "$work/build.log" >&2
+		die "building on $suite failed"
+	fi
+	head -n 1 "$work/build.log"
+	# shellcheck disable=SC2016 # expanded by the inner shell
+	SUITE_BINDS=$work SUITE_ENV="DR_ADDR_A=$ADDR_A DR_ADDR_B=$ADDR_B DR_MIRROR_INTERVAL=$MIRROR_INTERVAL" \
+		"$here/suite.sh" run "$suite" /bin/bash -c 'set -e; bin=$1; shift
+		apt-get update -qq -o Acquire::Retries=3
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o Acquire::Retries=3 --no-install-recommends rbd-mirror >/dev/null
+		echo "rbd-mirror $(dpkg-query -W -f="\${Version}" rbd-mirror)"
+		cd /src/e2e/dr
+		RBDPLUGIN=$bin/rbdplugin exec /src/scripts/dr-cluster.sh run "$bin/dr.test" -test.v -test.count=1 -test.timeout=30m "$@"' \
+		suite "$work/bin" "$@" || rc=$?
+	return "$rc"
+}
+
 main() {
 	(($# >= 1)) || usage
 	local cmd=$1
@@ -201,6 +242,11 @@ main() {
 	if [[ $cmd == run ]]; then
 		(($# >= 1)) || usage
 		cmd_run "$@"
+		return
+	fi
+	if [[ $cmd == suite ]]; then
+		(($# >= 1)) || usage
+		cmd_suite "$@"
 		return
 	fi
 	if (($# != 1)) || [[ -z $1 ]]; then usage; fi

@@ -119,12 +119,7 @@ func TestFailoverAndFailback(t *testing.T) {
 	a.waitData(t, image, afterFailover, "A holding B's data")
 
 	// Relocate back to A.
-	back := b.write(t, image, 2*mib, size)
-	b.demoteWhenPulled(t, id)
-	a.promoteWhenArrived(t, id, nil)
-	if got := a.sum(t, image); got != back {
-		t.Fatalf("A after failback reads %s, B last held %s", got, back)
-	}
+	relocate(t, b, a, id, size, nil)
 	b.waitReplaying(t, image)
 	harness.Must(t, a.disable(t, id), "Disable on A")
 	eventually(t, "B's copy removed", 2*time.Minute, func() (bool, string) { return !b.has(image), "still there" })

@@ -45,12 +45,7 @@ func TestPlannedRelocation(t *testing.T) {
 
 	// Writes after the last mirror snapshot reach B only through the
 	// demotion's own snapshot.
-	last := a.write(t, image, 2*mib, size)
-	a.demoteWhenPulled(t, id)
-	b.promoteWhenArrived(t, id, class)
-	if got := b.sum(t, image); got != last {
-		t.Fatalf("B after relocation reads %s, A last held %s", got, last)
-	}
+	relocate(t, a, b, id, size, class)
 	if a.primary(t, image) || !b.primary(t, image) {
 		t.Fatalf("after relocation: A primary %v, B primary %v", a.primary(t, image), b.primary(t, image))
 	}
@@ -63,12 +58,7 @@ func TestPlannedRelocation(t *testing.T) {
 	// And back at once: the demote waits until A replays from B (else A
 	// would never copy the demotion, nor B's writes), the promote until
 	// the demotion has arrived.
-	back := b.write(t, image, 2*mib, size)
-	b.demoteWhenPulled(t, id)
-	a.promoteWhenArrived(t, id, class)
-	if got := a.sum(t, image); got != back {
-		t.Fatalf("A after relocating back reads %s, B last held %s", got, back)
-	}
+	relocate(t, b, a, id, size, class)
 	b.waitReplaying(t, image)
 
 	// Disabled at the primary, the copy on B goes, and the volume is
@@ -103,4 +93,21 @@ func waitSynced(t *testing.T, s *site, id string, since time.Time) *replication.
 		return ts != nil && !ts.AsTime().Before(since), fmt.Sprint(resp)
 	})
 	return resp
+}
+
+// relocate moves the volume from one site to the other as the runbook's
+// planned relocation does (docs/disaster-recovery.md): a last write on
+// from that no mirror snapshot carried yet, a demote on from once a peer
+// replays the image, a promote on to without force once the demotion has
+// arrived (with class, the class's parameters); to must then read
+// exactly what from last held: the demotion carried every write.
+func relocate(t *testing.T, from, to *site, id string, size int, class map[string]string) {
+	t.Helper()
+	image := imageOf(t, id)
+	last := from.write(t, image, 2*mib, size)
+	from.demoteWhenPulled(t, id)
+	to.promoteWhenArrived(t, id, class)
+	if got := to.sum(t, image); got != last {
+		t.Fatalf("site %s after the relocation from %s reads %s; %s last held %s", to.name, from.name, got, from.name, last)
+	}
 }

@@ -73,7 +73,8 @@ func sites(t *testing.T) (a, b *site) {
 	return start(t, "a", ca, cb.ClusterID), start(t, "b", cb, ca.ClusterID)
 }
 
-func start(t *testing.T, name string, c harness.Cluster, peer string) *site {
+// start starts a plugin on the site, with extra arguments.
+func start(t *testing.T, name string, c harness.Cluster, peer string, extra ...string) *site {
 	dir := t.TempDir()
 	entry := []map[string]any{{"clusterID": c.ClusterID, "monitors": []string{c.MonHost}, "peerClusterIDs": []string{peer}}}
 	data, err := json.Marshal(entry)
@@ -81,7 +82,7 @@ func start(t *testing.T, name string, c harness.Cluster, peer string) *site {
 	c.ConfigFile = filepath.Join(dir, "cluster-config.json")
 	harness.Must(t, os.WriteFile(c.ConfigFile, data, 0o600), "cluster map")
 	sock := filepath.Join(dir, "csi-addons.sock")
-	p := harness.StartPlugin(t, c, "--mode", "controller", "--csi-addons-endpoint", "unix://"+sock, "--v", "5")
+	p := harness.StartPlugin(t, c, append([]string{"--mode", "controller", "--csi-addons-endpoint", "unix://" + sock, "--v", "5"}, extra...)...)
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	harness.Must(t, err, "csi-addons connection")
 	t.Cleanup(func() { conn.Close() })

@@ -1,6 +1,8 @@
 package harness
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,11 +118,67 @@ func UndoOnce(t testing.TB, undo func()) func() {
 // function resumes them (the monitor first); the test's cleanup resumes
 // them in any case. Memory-backed OSDs keep their data through it, as
 // they would not through a restart.
+//
+// Once resumed, the site's OSDs are marked down, as those of a site cut
+// off longer than the heartbeat grace are, and they come back up at once
+// and peer. Without, a PG whose read lease ran out while its OSD was
+// stopped is "laggy" until the lease is renewed, and with no peer OSD to
+// renew it with, a single OSD can leave it so for good, every op on it
+// waiting (ceph/ceph-container#1682; seen here on Pacific).
 func PauseSite(t testing.TB, c Cluster) (resume func()) {
 	t.Helper()
 	var pids []int
 	for _, program := range []string{"ceph-mon", "ceph-osd", "ceph-mgr", "rbd-mirror"} {
 		pids = append(pids, daemonPIDs(t, c, program)...)
 	}
-	return pause(t, pids)
+	cont := pause(t, pids)
+	return UndoOnce(t, func() {
+		cont()
+		repeer(t, c)
+	})
+}
+
+// repeer marks the cluster's OSDs down and waits until they are up again,
+// in a later map, and every PG is active+clean.
+func repeer(t testing.TB, c Cluster) {
+	t.Helper()
+	type osdStat struct {
+		Epoch int `json:"epoch"`
+		OSDs  int `json:"num_osds"`
+		Up    int `json:"num_up_osds"`
+	}
+	stat := func() (osdStat, error) {
+		var st osdStat
+		out, err := c.Ceph("osd", "stat", "--format", "json")
+		if err == nil {
+			err = json.Unmarshal([]byte(out), &st)
+		}
+		return st, err
+	}
+	before, err := stat()
+	Must(t, err, "ceph osd stat")
+	out, err := c.Ceph("osd", "down", "all")
+	Must(t, err, "ceph osd down all: %s", out)
+	start := time.Now()
+	for deadline := start.Add(90 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		last := ""
+		// Marked down, then up: two maps later at least.
+		if st, err := stat(); err != nil || st.Epoch < before.Epoch+2 || st.Up != st.OSDs {
+			last = fmt.Sprintf("osd stat %+v (%v)", st, err)
+		} else if pgs, err := c.Ceph("pg", "stat"); err != nil || !allActiveClean(pgs) {
+			last = fmt.Sprintf("pg stat %s (%v)", strings.TrimSpace(pgs), err)
+		} else {
+			t.Logf("the site's OSDs up and its PGs active+clean %.1f s after the resume", time.Since(start).Seconds())
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the site's OSDs and PGs not back 90 s after the resume: %s", last)
+		}
+	}
+}
+
+// allActiveClean reads `ceph pg stat`: "8 pgs: 8 active+clean; ...".
+func allActiveClean(pgStat string) bool {
+	n, rest, ok := strings.Cut(strings.TrimSpace(pgStat), " pgs: ")
+	return ok && strings.HasPrefix(rest, n+" active+clean;")
 }

@@ -213,6 +213,12 @@ func (s *sweeper) sweepHidden(ctx context.Context, pool rbd.Pool, name, id strin
 	if _, err := s.dropSettledTmp(ctx, pool, fam); err != nil {
 		return err
 	}
+	if len(fam.Snaps) == 0 && fam.TrashedSnaps == 0 && fam.Watchers == 0 {
+		// A candidate for reclaim: unless it is the peer's.
+		if leave, err := s.leaveToPrimary(ctx, pool, fam); leave || err != nil {
+			return err
+		}
+	}
 	return s.reclaim(ctx, pool, id)
 }
 
@@ -238,6 +244,9 @@ func (s *sweeper) sweepVolume(ctx context.Context, pool rbd.Pool, name string) e
 	}
 	if !s.names.Volume(name, fam.Metadata).Finished() {
 		if s.settled(fam.Created) && fam.Watchers == 0 && len(fam.Snaps) == 0 {
+			if leave, err := s.leaveToPrimary(ctx, pool, fam); leave || err != nil {
+				return err
+			}
 			klog.InfoS("removing an unfinished volume image that no retry came back for", "pool", pool.Name, "image", name, "created", fam.Created)
 			if err := s.removeImage(ctx, pool, fam); err != nil {
 				return err
@@ -263,9 +272,10 @@ func (s *sweeper) sweepVolume(ctx context.Context, pool rbd.Pool, name string) e
 
 // dropSettledTmp removes the temporary snapshots of volume clones older
 // than one interval (RBD keeps one in its trash namespace while its clone
-// needs it) and reports whether younger ones are left. The caller holds
-// the image's parent lock.
+// needs it) and reports whether younger ones, or ones of a peer's copy,
+// are left. The caller holds the image's parent lock.
 func (s *sweeper) dropSettledTmp(ctx context.Context, pool rbd.Pool, fam rbd.Family) (left bool, err error) {
+	checked := false
 	for _, snap := range fam.Snaps {
 		if !records.IsTmpSnap(snap.Name) {
 			continue
@@ -273,6 +283,16 @@ func (s *sweeper) dropSettledTmp(ctx context.Context, pool rbd.Pool, fam rbd.Fam
 		if !s.settled(snap.Created) {
 			left = true
 			continue
+		}
+		if !checked {
+			// A mirror copy holds the primary's snapshots: the
+			// primary's sweep drops them there, and the next mirror
+			// snapshot here.
+			leave, err := s.leaveToPrimary(ctx, pool, fam)
+			if err != nil || leave {
+				return true, err
+			}
+			checked = true
 		}
 		if err := s.backend.RemoveSnapshot(ctx, pool, fam.ID, snap.Name); err != nil && !errors.Is(err, rbd.ErrNotFound) {
 			return left, err
@@ -285,3 +305,39 @@ func (s *sweeper) dropSettledTmp(ctx context.Context, pool rbd.Pool, fam rbd.Fam
 
 // settled: older than one interval, so no request is still working on it.
 func (s *sweeper) settled(t time.Time) bool { return time.Since(t) > s.interval }
+
+// leaveToPrimary reports whether the image is a non-primary mirror copy,
+// which the sweep leaves alone, whatever it looks like: the copy is the
+// peer's, what it holds is what rbd-mirror last copied from the primary
+// (a copy whose first sync was cut short lacks the volume's metadata and
+// looks unfinished), and only the primary's site decides what becomes of
+// it; rbd-mirror removes the copy when the primary goes or stops
+// mirroring. librbd would refuse the removal anyway, each sweep again.
+// The family carries the mirror info where the image has mirror
+// snapshots; a copy without any yet (rbd-mirror made it, and stopped
+// before its first sync) does not, so the sweep reads it for the images
+// it would change, and only for those.
+func (s *sweeper) leaveToPrimary(ctx context.Context, pool rbd.Pool, fam rbd.Family) (bool, error) {
+	info := fam.Mirror
+	if info == nil {
+		mi, err := s.backend.MirrorInfo(ctx, pool, fam.Name)
+		if errors.Is(err, rbd.ErrNotFound) {
+			return true, nil // gone meanwhile: nothing to do
+		}
+		if err != nil {
+			return false, fmt.Errorf("mirror info of %s before removing what it holds: %w", fam.Name, err)
+		}
+		info = &mi
+	}
+	if !nonPrimary(*info) {
+		return false, nil
+	}
+	klog.V(2).InfoS("leaving a non-primary mirror copy to its primary site", "pool", pool.Name, "image", fam.Name)
+	return true, nil
+}
+
+// nonPrimary: a copy of a mirrored image, or of one whose mirroring is
+// being disabled (rbd-mirror then removes it), that is not the primary.
+func nonPrimary(m rbd.MirrorInfo) bool {
+	return (m.State == rbd.MirrorEnabled || m.State == rbd.MirrorDisabling) && !m.Primary
+}
