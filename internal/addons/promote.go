@@ -21,8 +21,9 @@ import (
 // the peer's site is alive: if its rbd-mirror reports (the daemon's watch
 // holds), the peer is reachable and the planned way is to wait for, or do,
 // its demotion: Unavailable, which the csi-addons controller retries as
-// is. If no peer daemon reports, the primary cannot be reached and only a
-// forced promote helps: FailedPrecondition, on which it retries with
+// is; so is a copy into which a sync is being written (the data comes from
+// the peer). If no peer daemon reports, the primary cannot be reached and
+// only a forced promote helps: FailedPrecondition, on which it retries with
 // force. A forced promote over a peer whose daemon still reports its copy
 // primary is refused: that peer takes writes the promoted copy would
 // never hold.
@@ -69,7 +70,10 @@ func (r *Replication) promote(ctx context.Context, v volume, force bool) error {
 		return nil
 	case !errors.Is(err, rbd.ErrBusy):
 		return cephStatus(err)
-	case peerAlive(st):
+	case peerAlive(st) || errors.Is(err, rbd.ErrSyncRunning):
+		// A sync being written into this copy comes from the peer: it
+		// is reachable, whatever its daemon's last report says (after a
+		// resync, Tentacle's reports lag the sync).
 		return status.Errorf(codes.Unavailable, "volume %s: the peer's copy is not demoted yet, or its demotion is still on its way here: demote it there if it is not; this call succeeds once the demotion has arrived (%v)", v.id, err)
 	}
 	return status.Errorf(codes.FailedPrecondition, "volume %s: the peer's primary copy is not demoted and no rbd-mirror of its site reports: it cannot be reached. "+

@@ -67,6 +67,29 @@ func TestPromoteWithoutDemotion(t *testing.T) {
 	}
 }
 
+// A copy into which rbd-mirror is writing a sync (librbd refuses its
+// promote with EROFS) is reachable from its peer, whatever the peer's
+// daemon last reported: Unavailable, never the FailedPrecondition on which
+// the csi-addons controller would force the promote and drop what the
+// sync carries. Once the sync is written, the promote succeeds.
+func TestPromoteWhileASyncIsWritten(t *testing.T) {
+	e := newEnv(t, addons.Options{})
+	id := e.mirrored("vol")
+	must(t, e.ceph.MakeNonPrimary(e.pool, "vol", true), "MakeNonPrimary")
+	must(t, e.ceph.SetMirrorSyncing(e.pool, "vol", true), "SetMirrorSyncing")
+	e.status("vol", rbd.MirrorStatus{Local: localReplaying, Peers: []rbd.MirrorSiteStatus{downPeer}})
+	err := e.promote(id, false, nil)
+	wantCode(t, err, codes.Unavailable, "Promote while a sync is written into the copy, the peer's report down")
+	if e.info("vol").Primary {
+		t.Fatal("promoted during a sync")
+	}
+	must(t, e.ceph.SetMirrorSyncing(e.pool, "vol", false), "SetMirrorSyncing")
+	must(t, e.promote(id, false, nil), "Promote once the sync is written")
+	if !e.info("vol").Primary {
+		t.Fatal("not promoted")
+	}
+}
+
 // A copy this site demoted, to which nothing has arrived from the peer
 // since, is not promoted without force, though librbd would: the peer may
 // have been promoted and written meanwhile, and its demotion, carrying

@@ -13,6 +13,9 @@ var (
 	ErrNamespaceNotFound = errors.New("RADOS namespace not found")
 	ErrExists            = errors.New("already exists")
 	ErrBusy              = errors.New("in use")
+	// ErrSyncRunning comes wrapped with ErrBusy: rbd-mirror is writing a
+	// sync from the peer into this copy, so the peer is reachable.
+	ErrSyncRunning = errors.New("a mirror sync into this copy is running")
 	// ErrHasSnapshots: the image has snapshots, or deleted snapshots that
 	// clones still depend on (RBD's ENOTEMPTY).
 	ErrHasSnapshots = errors.New("has snapshots")

@@ -228,7 +228,7 @@ func (b *Backend) PromoteImage(ctx context.Context, p rbd.Pool, image string, fo
 		case syscall.EROFS:
 			// librbd cannot take the snapshot while rbd-mirror writes
 			// a sync into the copy.
-			return fmt.Errorf("%w: promoting image %s/%s: a sync into this copy is still running: %w", rbd.ErrBusy, p.Name, image, err)
+			return fmt.Errorf("%w: %w: promoting image %s/%s: %w", rbd.ErrBusy, rbd.ErrSyncRunning, p.Name, image, err)
 		}
 		return fmt.Errorf("promoting image %s/%s: %w", p.Name, image, classify(err))
 	})

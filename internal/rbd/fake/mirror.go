@@ -26,7 +26,10 @@ type mirror struct {
 	// snaps are the IDs of the mirror snapshots, in no user count.
 	snaps  []uint64
 	resync bool
-	status rbd.MirrorStatus
+	// syncing: the peer's rbd-mirror is writing a sync into this copy
+	// (SetMirrorSyncing); a promote is refused meanwhile.
+	syncing bool
+	status  rbd.MirrorStatus
 }
 
 // enabled reports the image's mirroring as MirrorInfo.
@@ -104,6 +107,8 @@ func (c *Ceph) PromoteImage(ctx context.Context, p rbd.Pool, name string, force 
 		switch {
 		case img.mirror.primary:
 			return nil
+		case img.mirror.syncing:
+			return fmt.Errorf("%w: %w: promoting image %s/%s", rbd.ErrBusy, rbd.ErrSyncRunning, p.Name, name)
 		case !force && !img.mirror.demoted:
 			return fmt.Errorf("%w: promoting image %s/%s: the peer's copy is still primary, or its demotion has not arrived here yet", rbd.ErrBusy, p.Name, name)
 		}

@@ -83,3 +83,19 @@ func (c *Ceph) MirrorSnapshots(p rbd.Pool, name string) int {
 	}
 	return len(img.mirror.snaps)
 }
+
+// SetMirrorSyncing says whether the peer's rbd-mirror is writing a sync
+// into this copy (librbd then refuses a promote with EROFS).
+func (c *Ceph) SetMirrorSyncing(p rbd.Pool, name string, syncing bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, img, err := c.named(p, name)
+	if err != nil {
+		return err
+	}
+	if img.mirror == nil {
+		return fmt.Errorf("%w: image %s", rbd.ErrNotMirrored, name)
+	}
+	img.mirror.syncing = syncing
+	return nil
+}
