@@ -359,7 +359,7 @@ func TestBadInput(t *testing.T) {
 		"no name":         {&csi.CreateVolumeRequest{VolumeCapabilities: fsCap(), Parameters: params, Secrets: secrets}, codes.InvalidArgument},
 		"huge name":       {&csi.CreateVolumeRequest{Name: strings.Repeat("n", 10000), VolumeCapabilities: fsCap(), Parameters: params, Secrets: secrets}, codes.InvalidArgument},
 		"no caps":         {&csi.CreateVolumeRequest{Name: "bad", Parameters: params, Secrets: secrets}, codes.InvalidArgument},
-		"no secrets":      {&csi.CreateVolumeRequest{Name: "bad", VolumeCapabilities: fsCap(), Parameters: params}, codes.InvalidArgument},
+		"key, no user":    {&csi.CreateVolumeRequest{Name: "bad", VolumeCapabilities: fsCap(), Parameters: params, Secrets: map[string]string{"userKey": e.c.CSIKey}}, codes.InvalidArgument},
 		"no key":          {&csi.CreateVolumeRequest{Name: "bad", VolumeCapabilities: fsCap(), Parameters: params, Secrets: map[string]string{"userID": e.c.CSIUser}}, codes.InvalidArgument},
 		"wrong key":       {&csi.CreateVolumeRequest{Name: "bad", VolumeCapabilities: fsCap(), Parameters: params, Secrets: map[string]string{"userID": e.c.CSIUser, "userKey": "AQAAAAAAAAAAABAAAAAAAAAAAAAAAAAAAAAAAA=="}}, codes.PermissionDenied},
 		"unknown cluster": {&csi.CreateVolumeRequest{Name: "bad", VolumeCapabilities: fsCap(), Parameters: with("clusterID", "nosuch"), Secrets: secrets}, codes.InvalidArgument},
