@@ -72,9 +72,11 @@ func testLockHolderOutlivesItsWatch(t *testing.T, s *suite) {
 	s.waitClients(name, "blocklisting the writer", addr+" by its lock alone", func(cs []rbd.Client) bool {
 		return len(cs) == 1 && cs[0].Addr == addr && !cs[0].Watch && cs[0].Lock
 	})
-	s.must(b.BreakLock(ctx, p, name, addr), "BreakLock")
-	s.must(b.BreakLock(ctx, p, name, addr), "BreakLock again")
-	if cs, err := b.Clients(ctx, p, name); err != nil || len(cs) != 0 {
+	// Deadlines of their own: the wait above may take most of the 30 s
+	// ctx was given (the watch's timeout, longer on a loaded machine).
+	s.must(b.BreakLock(s.ctx(), p, name, addr), "BreakLock")
+	s.must(b.BreakLock(s.ctx(), p, name, addr), "BreakLock again")
+	if cs, err := b.Clients(s.ctx(), p, name); err != nil || len(cs) != 0 {
 		t.Fatalf("Clients after breaking the lock: %+v, %v; want none", cs, err)
 	}
 }
