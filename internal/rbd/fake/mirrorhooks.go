@@ -35,34 +35,16 @@ func (c *Ceph) PeerPool(poolName string) {
 // arrives: demoted says it is the peer's demotion (the copy may be
 // promoted without force).
 func (c *Ceph) MakeNonPrimary(p rbd.Pool, name string, demoted bool) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, img, err := c.named(p, name)
-	if err != nil {
-		return err
-	}
-	if img.mirror == nil {
-		return fmt.Errorf("%w: image %s", rbd.ErrNotMirrored, name)
-	}
-	img.mirror.primary, img.mirror.demoted, img.mirror.demotedHere = false, demoted, false
-	c.mirrorSnap(img)
-	return nil
+	return c.hookMirrored(p, name, func(img *image) {
+		img.mirror.primary, img.mirror.demoted, img.mirror.demotedHere = false, demoted, false
+		c.mirrorSnap(img)
+	})
 }
 
 // SetMirrorStatus sets what the rbd-mirror daemons report on the image.
 func (c *Ceph) SetMirrorStatus(p rbd.Pool, name string, st rbd.MirrorStatus) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, img, err := c.named(p, name)
-	if err != nil {
-		return err
-	}
-	if img.mirror == nil {
-		return fmt.Errorf("%w: image %s", rbd.ErrNotMirrored, name)
-	}
 	st.Peers = slices.Clone(st.Peers)
-	img.mirror.status = st
-	return nil
+	return c.hookMirrored(p, name, func(img *image) { img.mirror.status = st })
 }
 
 // ResyncRequested reports whether the copy is flagged for a resync.
@@ -87,6 +69,12 @@ func (c *Ceph) MirrorSnapshots(p rbd.Pool, name string) int {
 // SetMirrorSyncing says whether the peer's rbd-mirror is writing a sync
 // into this copy (librbd then refuses a promote with EROFS).
 func (c *Ceph) SetMirrorSyncing(p rbd.Pool, name string, syncing bool) error {
+	return c.hookMirrored(p, name, func(img *image) { img.mirror.syncing = syncing })
+}
+
+// hookMirrored applies a hook's change to a mirrored image, under the
+// lock; an image that is not mirrored is ErrNotMirrored.
+func (c *Ceph) hookMirrored(p rbd.Pool, name string, change func(*image)) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, img, err := c.named(p, name)
@@ -96,6 +84,6 @@ func (c *Ceph) SetMirrorSyncing(p rbd.Pool, name string, syncing bool) error {
 	if img.mirror == nil {
 		return fmt.Errorf("%w: image %s", rbd.ErrNotMirrored, name)
 	}
-	img.mirror.syncing = syncing
+	change(img)
 	return nil
 }
