@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,7 +16,7 @@ import (
 func TestFullPoolIsResourceExhausted(t *testing.T) {
 	c := harness.LoadCluster(t)
 	c.NeedsWholeCluster(t) // a quota on the pool
-	p := harness.StartPlugin(t, c, "--mode", "controller", "--ceph-timeout", "3s")
+	p := harness.StartPlugin(t, c, "--mode", "controller", "--ceph-timeout", "3s", "--controller-secret-dir", harness.WriteControllerSecretDir(t, c))
 	e := env{c: c, p: p, cc: p.Controller()}
 	t.Cleanup(func() { c.ExpectNoImages(t) })
 	v := e.mustCreate(t, "full-existing", 8*mib)
@@ -35,15 +36,30 @@ func TestFullPoolIsResourceExhausted(t *testing.T) {
 	if out, err := c.Ceph("osd", "pool", "set-quota", c.Pool, "max_bytes", "8000000"); err != nil {
 		t.Fatalf("set-quota: %v: %s", err, out)
 	}
-	defer func() {
-		_, _ = c.Ceph("osd", "pool", "set-quota", c.Pool, "max_bytes", "0")
-		c.WaitHealth(t, "no full pool", func(h string) bool { return !strings.Contains(h, "full") })
-	}()
+	lifted := false
+	lift := func() {
+		if !lifted {
+			lifted = true
+			_, _ = c.Ceph("osd", "pool", "set-quota", c.Pool, "max_bytes", "0")
+			c.WaitHealth(t, "no full pool", func(h string) bool { return !strings.Contains(h, "full") })
+		}
+	}
+	defer lift()
 	c.WaitHealth(t, "a full pool", func(h string) bool { return strings.Contains(h, "full") })
+	// The volume's health says so, and where to act.
+	wantHealth(t, e, v.VolumeId, "INACCESSIBLE PoolFull")
 
 	_, err := e.create(t, "full-new", 8*mib)
 	wantCode(t, err, codes.ResourceExhausted, "CreateVolume on a full pool")
 	_, err = e.cc.ControllerExpandVolume(harness.Ctx(t), &csi.ControllerExpandVolumeRequest{VolumeId: v.VolumeId,
 		CapacityRange: &csi.CapacityRange{RequiredBytes: 64 * mib}, Secrets: c.Secrets()})
 	wantCode(t, err, codes.ResourceExhausted, "expand on a full pool")
+	list, err := e.cc.ControllerListVolumeHealth(harness.Ctx(t), &csi.ControllerListVolumeHealthRequest{})
+	harness.Must(t, err, "ControllerListVolumeHealth")
+	if !slices.ContainsFunc(list.GetEntries(), func(h *csi.VolumeHealth) bool { return h.GetVolumeId() == v.VolumeId }) {
+		t.Errorf("ControllerListVolumeHealth on a full pool: %v, want volume %s listed", list.GetEntries(), v.VolumeId)
+	}
+	// Repaired, the condition goes.
+	lift()
+	wantHealth(t, e, v.VolumeId)
 }

@@ -36,6 +36,7 @@ type Nodes interface {
 	AddAttachment(ctx context.Context, nodeID, volumeID string) error
 	RemoveAttachment(ctx context.Context, nodeID, volumeID string) error
 	AddFence(ctx context.Context, nodeID, volumeID string, f nodereg.Fence) error
+	VolumeFences(ctx context.Context) (map[string]map[string]nodereg.Fence, error)
 	DropExpiredFences(ctx context.Context) (int, error)
 }
 
@@ -221,6 +222,8 @@ func (c *Controller) ControllerGetCapabilities(context.Context, *csi.ControllerG
 			csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
 			csi.ControllerServiceCapability_RPC_GET_CAPACITY,
 			csi.ControllerServiceCapability_RPC_GET_VOLUME,
+			csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
+			csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH,
 		)
 	}
 	resp := &csi.ControllerGetCapabilitiesResponse{}

@@ -25,6 +25,9 @@ func (oneNode) AddFence(context.Context, string, string, nodereg.Fence) error {
 	return nil
 }
 func (oneNode) DropExpiredFences(context.Context) (int, error) { return 0, nil }
+func (oneNode) VolumeFences(context.Context) (map[string]map[string]nodereg.Fence, error) {
+	return nil, nil
+}
 
 // Restores and clones of an encrypted volume share its LUKS header, so
 // they carry the same DEK, wrapped for their own class's KMS, in state

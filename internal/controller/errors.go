@@ -30,7 +30,7 @@ func (c *Controller) writeStatus(pool rbd.Pool, err error) error {
 		// The request's context may be spent; the check gets its own.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if full, ferr := c.backend.PoolFull(ctx, pool); ferr == nil && full {
+		if h, ferr := c.backend.PoolHealth(ctx, pool); ferr == nil && h.Full {
 			return status.Errorf(codes.ResourceExhausted, "pool %s is full (its quota is reached or an OSD is full): %v", pool.Name, err)
 		}
 	}

@@ -76,6 +76,29 @@ func (r *Registry) Fences(ctx context.Context, nodeID string) (map[string]Fence,
 	return out, nil
 }
 
+// VolumeFences returns the fences of every node, by volume ID and then
+// node ID, in one read of the registry (for health reports). A record that
+// cannot be read is left out.
+func (r *Registry) VolumeFences(ctx context.Context) (map[string]map[string]Fence, error) {
+	kv, err := r.store.ListOmap(ctx, r.pool, r.object, fencePrefix)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]map[string]Fence{}
+	for k, v := range kv {
+		node, vol, ok := strings.Cut(strings.TrimPrefix(k, fencePrefix), "/")
+		f, err := parseFence(v)
+		if !ok || err != nil {
+			continue
+		}
+		if out[vol] == nil {
+			out[vol] = map[string]Fence{}
+		}
+		out[vol][node] = f
+	}
+	return out, nil
+}
+
 // DropExpiredFences removes the fence records of every node whose entries
 // Ceph has dropped by itself, and malformed ones; it returns how many.
 func (r *Registry) DropExpiredFences(ctx context.Context) (int, error) {

@@ -38,8 +38,9 @@ type Backend interface {
 	ListPools(ctx context.Context, monHost string, cred cluster.Credentials) ([]string, error)
 	// PoolAvailable returns how many bytes can still be written to the pool.
 	PoolAvailable(ctx context.Context, p Pool) (int64, error)
-	// PoolFull reports whether Ceph has marked the pool full.
-	PoolFull(ctx context.Context, p Pool) (bool, error)
+	// PoolHealth reads what Ceph's OSD map says of the pool's space: full
+	// (by quota or a full OSD) or nearly full.
+	PoolHealth(ctx context.Context, p Pool) (PoolHealth, error)
 
 	// StatFamily reads an image with its snapshots, parent and watchers,
 	// by name, or by RBD image ID when name is empty.

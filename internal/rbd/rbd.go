@@ -69,6 +69,16 @@ func (s ImageSpec) MetadataOrder() []string {
 }
 
 // ImageInfo is what Stat reports.
+// PoolHealth is the pool's flags in Ceph's OSD map that concern its space.
+type PoolHealth struct {
+	// Full: writes wait until space is freed; Quota says the pool's own
+	// quota is reached (else an OSD the pool maps to is full).
+	Full, Quota bool
+	// NearFull: an OSD the pool maps to passed the nearfull ratio.
+	NearFull bool
+}
+
+// ImageInfo is what Stat reads of an image.
 type ImageInfo struct {
 	Name     string
 	ID       string

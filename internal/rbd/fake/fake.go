@@ -78,7 +78,8 @@ type shared struct {
 }
 
 type pool struct {
-	full bool
+	full     bool
+	nearFull bool
 	// mirrorMode is the pool's mirror mode ("" disabled, "image");
 	// peered, whether it has a mirror peer (mirrorhooks.go).
 	mirrorMode string
@@ -338,17 +339,21 @@ func (c *Ceph) PoolAvailable(ctx context.Context, p rbd.Pool) (int64, error) {
 	return c.avail, nil
 }
 
-// PoolFull reports SetFull; a missing pool is not full, as in `osd dump`.
-func (c *Ceph) PoolFull(ctx context.Context, p rbd.Pool) (bool, error) {
+// PoolHealth reports SetFull (as a quota) and SetNearFull; a missing pool
+// is neither, as in `osd dump`.
+func (c *Ceph) PoolHealth(ctx context.Context, p rbd.Pool) (rbd.PoolHealth, error) {
 	if err := c.begin(ctx); err != nil {
-		return false, err
+		return rbd.PoolHealth{}, err
 	}
 	defer c.mu.Unlock()
 	if err := c.connect(p.MonHost, p.Cred); err != nil {
-		return false, err
+		return rbd.PoolHealth{}, err
 	}
 	pl := c.pools[p.Name]
-	return pl != nil && pl.full, nil
+	if pl == nil {
+		return rbd.PoolHealth{}, nil
+	}
+	return rbd.PoolHealth{Full: pl.full, Quota: pl.full, NearFull: pl.nearFull}, nil
 }
 
 func copyMap(m map[string]string) map[string]string {

@@ -192,12 +192,22 @@ func (c *Ceph) Sparsified(p rbd.Pool, name string) int {
 }
 
 // SetFull marks a pool full, as a reached quota does: writes wait until
-// their context ends, PoolFull says so.
+// their context ends, PoolHealth says so.
 func (c *Ceph) SetFull(poolName string, full bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if pl := c.pools[poolName]; pl != nil {
 		pl.full = full
+	}
+}
+
+// SetNearFull marks a pool nearly full, as an OSD past its nearfull ratio
+// does: PoolHealth says so, writes go on.
+func (c *Ceph) SetNearFull(poolName string, near bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pl := c.pools[poolName]; pl != nil {
+		pl.nearFull = near
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"maps"
 	"slices"
 	"testing"
+
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
 // The first claim of an object wins and every claim answers its holder;
@@ -79,7 +81,7 @@ func testPools(t *testing.T, s *suite) {
 	if avail <= 0 {
 		t.Fatalf("PoolAvailable = %d", avail)
 	}
-	if full, err := b.PoolFull(ctx, p); err != nil || full {
-		t.Fatalf("PoolFull = %v, %v; want a pool that is not full", full, err)
+	if h, err := b.PoolHealth(ctx, p); err != nil || h != (rbd.PoolHealth{}) {
+		t.Fatalf("PoolHealth = %+v, %v; want a pool that is neither full nor nearly full", h, err)
 	}
 }
