@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
 
 	"github.com/rbdcsi/rbdcsi/internal/blockdev"
 	"github.com/rbdcsi/rbdcsi/internal/mapper"
@@ -138,8 +139,12 @@ func (n *Node) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHe
 		}
 	}
 	if !rec.Cap.Block {
-		if ours, err := n.mountedFrom(rec.StagingPath, rec.dataDevice(), false); err == nil && !ours {
+		ours, err := n.mountedFrom(rec.StagingPath, rec.dataDevice(), false)
+		if err == nil && !ours {
 			bad("StagingMountLost", "nothing of the volume is mounted at the staging path "+rec.StagingPath)
+		}
+		if err == nil && ours {
+			n.fsHealth(health, rec)
 		}
 	}
 	if p := req.GetVolumePublishPath(); p != "" {
@@ -151,3 +156,32 @@ func (n *Node) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHe
 	}
 	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: health}, nil
 }
+
+// fsHealth adds the conditions of a staged filesystem: read-only although
+// staged for writing (INACCESSIBLE: every write fails), errors recorded
+// by ext4 (DEGRADED: it still serves, but its metadata was found damaged).
+func (n *Node) fsHealth(health *csi.VolumeHealth, rec *record) {
+	c, err := stagedFSCondition(rec.StagingPath, rec.dataDevice())
+	if err != nil {
+		klog.V(2).InfoS("reading the staged filesystem's condition", "volumeID", rec.VolumeID, "err", err)
+		return
+	}
+	if c.readOnly && rec.Cap.writable() {
+		health.HealthStatuses = append(health.HealthStatuses, &csi.VolumeHealth_VolumeHealthEntry{
+			Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: "FilesystemReadOnly",
+			Message: "the volume's filesystem was staged for writing and is read-only now: the kernel shuts writes off after I/O or metadata errors (see the node's kernel log, dmesg); " +
+				"restart the pod to unstage it, and check it (fsck) if errors were recorded (" + healthDoc + ")",
+		})
+	}
+	if c.errors > 0 {
+		health.HealthStatuses = append(health.HealthStatuses, &csi.VolumeHealth_VolumeHealthEntry{
+			Status: csi.VolumeHealthErrorType_DEGRADED, Reason: "FilesystemErrors",
+			Message: fmt.Sprintf("ext4 recorded %d errors in the volume's filesystem (the first in %s): unstage the volume and run e2fsck on its image before the damage spreads (%s)",
+				c.errors, c.first, healthDoc),
+		})
+	}
+}
+
+// healthDoc is the operations guide's section on what each health reason
+// means and how to repair it.
+const healthDoc = "docs/operations.md#volume-health"
