@@ -49,3 +49,31 @@ func TestFilesystemHealth(t *testing.T) {
 		t.Fatalf("after an ext4 error: %q, want %q", got, want)
 	}
 }
+
+// A device that lags its image after an expansion is reported until the
+// node's expansion refreshes it (a fuse mapping's loop device follows
+// only then; krbd and rbd-nbd refresh by themselves).
+func TestDeviceSmallerThanImageHealth(t *testing.T) {
+	e := setup(t)
+	c := blockCap(singleWriter)
+	v := e.createVolume("node-size-health", 16*mib, c)
+	staging := e.path("staging")
+	e.stage(v, staging, c)
+	_, err := e.cc.ControllerExpandVolume(ctx(t), &csi.ControllerExpandVolumeRequest{
+		VolumeId: v.VolumeId, CapacityRange: &csi.CapacityRange{RequiredBytes: 32 * mib}, VolumeCapability: c,
+	})
+	harness.Must(t, err, "ControllerExpandVolume")
+	if got := strings.Join(e.nodeHealth(v), "; "); got != "DEGRADED DeviceSmallerThanImage" {
+		t.Fatalf("after the controller's expansion: %q, want the device reported smaller", got)
+	}
+	target := e.path("target")
+	e.publish(v, staging, target, c, false)
+	_, err = e.nc.NodeExpandVolume(ctx(t), &csi.NodeExpandVolumeRequest{
+		VolumeId: v.VolumeId, VolumePath: target, StagingTargetPath: staging, VolumeCapability: c,
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 32 * mib},
+	})
+	harness.Must(t, err, "NodeExpandVolume")
+	if got := e.nodeHealth(v); len(got) != 0 {
+		t.Fatalf("after the node's expansion: %v, want none", got)
+	}
+}

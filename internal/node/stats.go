@@ -12,6 +12,7 @@ import (
 
 	"github.com/rbdcsi/rbdcsi/internal/blockdev"
 	"github.com/rbdcsi/rbdcsi/internal/mapper"
+	"github.com/rbdcsi/rbdcsi/internal/rbd"
 )
 
 // stagedRecord returns the record of a staged volume, or NotFound.
@@ -147,6 +148,7 @@ func (n *Node) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHe
 			n.fsHealth(health, rec)
 		}
 	}
+	n.deviceSizeHealth(ctx, health, rec)
 	if p := req.GetVolumePublishPath(); p != "" {
 		if _, published := rec.Targets[p]; published {
 			if ours, err := n.mountedFrom(p, rec.dataDevice(), rec.Cap.Block); err == nil && !ours {
@@ -185,3 +187,34 @@ func (n *Node) fsHealth(health *csi.VolumeHealth, rec *record) {
 // healthDoc is the operations guide's section on what each health reason
 // means and how to repair it.
 const healthDoc = "docs/operations.md#volume-health"
+
+// deviceSizeHealth reports a mapped device smaller than its image: an
+// expansion the node has not caught up with. Between the controller's
+// expansion and the kubelet's NodeExpandVolume this is expected (krbd and
+// rbd-nbd refresh by themselves, a fuse mapping's loop device only then);
+// if it lasts, the node's refresh failed. It asks Ceph as the node's own
+// user, so it needs --node-secret-dir; anything it cannot read reports
+// nothing.
+func (n *Node) deviceSizeHealth(ctx context.Context, health *csi.VolumeHealth, rec *record) {
+	if n.images == nil || n.cred == nil || n.clusters == nil || rec.Device == "" {
+		return
+	}
+	cl, err := n.clusters.Lookup(rec.Image.ClusterID)
+	if err != nil {
+		return
+	}
+	info, err := n.images.Stat(ctx, rbd.NewPool(cl, *n.cred, rec.Image.Pool), rec.Image.Name)
+	if err != nil {
+		klog.V(2).InfoS("reading the image size for the volume's health", "volumeID", rec.VolumeID, "err", err)
+		return
+	}
+	size, err := blockdev.Size(rec.Device)
+	if err != nil || size < 0 || uint64(size) >= info.Size {
+		return
+	}
+	health.HealthStatuses = append(health.HealthStatuses, &csi.VolumeHealth_VolumeHealthEntry{
+		Status: csi.VolumeHealthErrorType_DEGRADED, Reason: "DeviceSmallerThanImage",
+		Message: fmt.Sprintf("the image was expanded to %d bytes and its device %s on this node has %d: while an expansion is under way the kubelet's NodeExpandVolume refreshes it; if this lasts, restart the pod to stage the volume anew (%s)",
+			info.Size, rec.Device, size, healthDoc),
+	})
+}
