@@ -63,7 +63,7 @@ type nodeService struct {
 // topology and the CRUSH map, the node registry (fences, their lift, the
 // heartbeat) and the periodic fstrim.
 func startNode(ctx context.Context, f flags, w wiring) (*nodeService, error) {
-	nb := nodeBackend{images: w.backend, lifts: w.obs.lifts}
+	nb := nodeBackend{images: w.backend, pools: w.backend, lifts: w.obs.lifts}
 	reg, err := f.registry.nodeRegistry(w.clusters, w.backend)
 	if err != nil {
 		return nil, err
@@ -94,13 +94,14 @@ func startNode(ctx context.Context, f flags, w wiring) (*nodeService, error) {
 
 // nodeBackend is what the node reads and changes in Ceph: attachments
 // (fence) and its own fences' lift (unfence), both only with the node
-// registry, and encrypted volumes' key records (images); lifts counts the
-// lifts.
+// registry, encrypted volumes' key records (images) and the pools' health
+// (pools); lifts counts the lifts.
 type nodeBackend struct {
 	fence   node.Fence
 	unfence node.Unfence
 	lifts   node.LiftObserver
 	images  node.Images
+	pools   node.Pools
 }
 
 // newNode builds the Node service and the health checks it adds to Probe.
@@ -179,6 +180,7 @@ func newNode(f flags, clusters *cluster.Map, backend nodeBackend, kmsConfig kms.
 		AllowKEKsWithCredentials: f.ctrl.AllowKEKsWithCredentials,
 		Crypt:                    luks.New(luks.Options{Runner: run, HeaderDir: headerDir}),
 		Images:                   backend.images,
+		Pools:                    backend.pools,
 		KMS:                      kmsConfig,
 		MkfsPrezeroed:            node.MkfsPrezeroed(context.Background(), command.ExecRunner{}),
 	})

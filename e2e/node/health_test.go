@@ -1,8 +1,10 @@
 package node
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -75,5 +77,46 @@ func TestDeviceSmallerThanImageHealth(t *testing.T) {
 	harness.Must(t, err, "NodeExpandVolume")
 	if got := e.nodeHealth(v); len(got) != 0 {
 		t.Fatalf("after the node's expansion: %v, want none", got)
+	}
+}
+
+// NodeGetStorageHealth asks each cluster of the map, as the node's own
+// user: one whose monitor does not answer (a loopback port nothing
+// listens on) is unreachable, the real one with a volume staged from it
+// is not reported.
+func TestStorageHealth(t *testing.T) {
+	c := harness.LoadCluster(t)
+	raw, err := os.ReadFile(c.ConfigFile)
+	harness.Must(t, err, "cluster map")
+	var clusters []map[string]any
+	harness.Must(t, json.Unmarshal(raw, &clusters), "parse the cluster map")
+	clusters = append(clusters, map[string]any{"clusterID": "nobody-listens", "monitors": []string{"127.0.0.1:9"}})
+	raw, err = json.Marshal(clusters)
+	harness.Must(t, err, "encode the cluster map")
+	mapFile := filepath.Join(t.TempDir(), "clusters.json")
+	harness.Must(t, os.WriteFile(mapFile, raw, 0o600), "write the cluster map")
+	e := setupWith(t, c, "--cluster-config", mapFile)
+
+	caps, err := e.nc.NodeGetCapabilities(ctx(t), &csi.NodeGetCapabilitiesRequest{})
+	harness.Must(t, err, "NodeGetCapabilities")
+	if !slices.ContainsFunc(caps.GetCapabilities(), func(c *csi.NodeServiceCapability) bool {
+		return c.GetRpc().GetType() == csi.NodeServiceCapability_RPC_GET_STORAGE_HEALTH
+	}) {
+		t.Fatalf("GET_STORAGE_HEALTH not advertised with a node user: %v", caps.GetCapabilities())
+	}
+	mc := mountCap("ext4", singleWriter)
+	v := e.createVolume("node-storage-health", 16*mib, mc)
+	e.stage(v, e.path("staging"), mc)
+	resp, err := e.nc.NodeGetStorageHealth(ctx(t), &csi.NodeGetStorageHealthRequest{})
+	harness.Must(t, err, "NodeGetStorageHealth")
+	var got []string
+	for _, b := range resp.GetBackendHealth() {
+		got = append(got, b.GetStatus().String()+" "+b.GetReason())
+		if !strings.Contains(b.GetMessage(), "nobody-listens") {
+			t.Errorf("the condition does not name the cluster: %q", b.GetMessage())
+		}
+	}
+	if strings.Join(got, "; ") != "STORAGE_UNREACHABLE ClusterUnreachable" {
+		t.Fatalf("storage health %q, want the unreachable cluster alone", got)
 	}
 }

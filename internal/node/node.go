@@ -32,6 +32,7 @@ import (
 // Clusters resolves a clusterID to its monitors.
 type Clusters interface {
 	Lookup(clusterID string) (cluster.Cluster, error)
+	All() []cluster.Cluster
 }
 
 // Runner runs one external command (mkfs, blkid, resize2fs, xfs_growfs);
@@ -82,6 +83,9 @@ type Options struct {
 	Crypt  Crypt
 	Images Images
 	KMS    kms.Config
+	// Pools serves NodeGetStorageHealth, with Credentials (nil: not
+	// offered).
+	Pools Pools
 	// MkfsPrezeroed says mkfs.ext4 takes -E assume_storage_prezeroed
 	// (E2fsprogsPrezeroed): volumes created empty are then formatted
 	// without leaving inode tables for the kernel to zero.
@@ -122,6 +126,7 @@ type Node struct {
 	cgroupRoot     string
 	crypt          Crypt
 	images         Images
+	pools          Pools
 	kms            kms.Config
 	mkfsPrezeroed  bool
 	insecureMap    bool
@@ -164,7 +169,7 @@ func New(o Options) (*Node, error) {
 		id: o.NodeID, mappers: o.Mappers, defaultMounter: o.DefaultMounter, mounter: mounter,
 		run: run, maxVolumes: o.MaxVolumesPerNode, topology: o.Topology, clusters: o.Clusters, store: st, locks: lock.New(), fence: o.Fence, fault: o.Fault,
 		unfence: o.Unfence, lifts: o.Lifts,
-		cgroupRoot: o.CgroupRoot, crypt: o.Crypt, images: o.Images, kms: o.KMS, mkfsPrezeroed: o.MkfsPrezeroed,
+		cgroupRoot: o.CgroupRoot, crypt: o.Crypt, images: o.Images, pools: o.Pools, kms: o.KMS, mkfsPrezeroed: o.MkfsPrezeroed,
 		insecureMap: o.AllowInsecureMapOptions, cred: o.Credentials, mixedKeys: o.AllowKEKsWithCredentials,
 	}, nil
 }
@@ -199,11 +204,16 @@ func (n *Node) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequ
 		csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
 	} {
-		resp.Capabilities = append(resp.Capabilities, &csi.NodeServiceCapability{
-			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}},
-		})
+		resp.Capabilities = append(resp.Capabilities, rpcCap(t))
+	}
+	if n.pools != nil && n.cred != nil {
+		resp.Capabilities = append(resp.Capabilities, rpcCap(csi.NodeServiceCapability_RPC_GET_STORAGE_HEALTH))
 	}
 	return resp, nil
+}
+
+func rpcCap(t csi.NodeServiceCapability_RPC_Type) *csi.NodeServiceCapability {
+	return &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}}}
 }
 
 // lock takes the volume's try-lock or says Aborted at once: one operation
