@@ -89,6 +89,14 @@ type plugin struct {
 	metricsAddr string // --metrics-address, as the manifests deploy the plugin; "" if it serves none
 	socket      string
 	conn        *grpc.ClientConn
+	// retired: stopped by its scenario, not dead of itself.
+	retired bool
+}
+
+// retire stops a plugin its scenario is done with.
+func (p *plugin) retire() {
+	p.retired = true
+	p.stop()
 }
 
 // startPlugin runs bin with args plus --endpoint, --cluster-config and

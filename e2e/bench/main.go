@@ -10,6 +10,8 @@
 //	P5 memory:       plugin RSS idle, peak at the top concurrency, growth over create/delete cycles
 //	P6 logging:      P1 with --v=5 vs --v=2 (the manifests' verbosity)
 //	P7 parallel:     16 volumes staged at concurrency 1 vs 8
+//	P8 full pool:    creates, deletes, listings, a sweep and RSS in a pool of 10,000 images vs empty (or a tenth)
+//	P9 many nodes:   1,000 nodes heartbeating: Ceph ops/s, ControllerPublish latency, registry size vs 1 node
 //	P11 changed blocks: a delta's bytes and listing time vs a full backup's; a thin 1 TiB volume's listing vs 1 GiB
 //
 // Every figure with a target is a ratio against a reference measured in
@@ -68,6 +70,14 @@ type benchConfig struct {
 	perf                     bool
 	imageFeatures            string
 	gomaxprocs               int
+	// P8 and P9
+	fill, fillConcurrency   int
+	listPage                int
+	fullVolumes, fullRounds int
+	fullConcurrency         int
+	sweepInterval           time.Duration
+	nodes, publishes        int
+	heartbeat               time.Duration
 }
 
 type bench struct {
@@ -95,6 +105,8 @@ type bench struct {
 	// gfloor is the gRPC floor (e2e/bench/grpcfloor), a side of P1 and P2
 	// and a reference of P5; nil when neither runs.
 	gfloor *plugin
+	// extraLeft is what P8 and P9 could not remove.
+	extraLeft []string
 }
 
 func parseFlags() (benchConfig, error) {
@@ -120,7 +132,17 @@ func parseFlags() (benchConfig, error) {
 	flag.IntVar(&cfg.parallelRounds, "parallel-rounds", 2, "P7: rounds (each stages a fresh batch at both concurrencies)")
 	flag.Int64Var(&data, "restore-data-mib", 1024, "P4: MiB written into the volume before its snapshot")
 	flag.IntVar(&cfg.restoreRounds, "restore-rounds", 5, "P4: restores from each snapshot")
-	flag.StringVar(&scen, "scenarios", "P1,P2,P3,P4,P5,P6,P7,P11", "scenarios to run (P2 and P6 ride along with P1)")
+	flag.IntVar(&cfg.fill, "fill", 10000, "P8: thin images in the full pool (the listings are also timed at a tenth of them)")
+	flag.IntVar(&cfg.fillConcurrency, "fill-concurrency", 16, "P8: concurrency of the raw librbd fill")
+	flag.IntVar(&cfg.listPage, "list-page", 100, "P8: max_entries of each ListVolumes and ListSnapshots page")
+	flag.IntVar(&cfg.fullVolumes, "full-volumes", 100, "P8: volumes created then deleted per round, in the empty and in the full pool")
+	flag.IntVar(&cfg.fullConcurrency, "full-concurrency", 4, "P8: concurrency of those creates and deletes")
+	flag.IntVar(&cfg.fullRounds, "full-rounds", 3, "P8: rounds of creates and deletes (the rate is the median)")
+	flag.DurationVar(&cfg.sweepInterval, "sweep-interval", 10*time.Second, "P8: --reclaim-sweep-interval of the controller whose sweeps are measured")
+	flag.IntVar(&cfg.nodes, "nodes", 1000, "P9: simulated nodes heartbeating in the node registry")
+	flag.IntVar(&cfg.publishes, "publishes", 20, "P9: ControllerPublishVolume calls timed with 1 node and with -nodes")
+	flag.DurationVar(&cfg.heartbeat, "heartbeat", 2*time.Minute/5, "P9: heartbeat interval (the deployed one: --node-registry-ttl's default, 2m, over 5)")
+	flag.StringVar(&scen, "scenarios", "P1,P2,P3,P4,P5,P6,P7,P8,P9,P11", "scenarios to run (P2 and P6 ride along with P1)")
 	flag.DurationVar(&cfg.callTimeout, "call-timeout", time.Minute, "deadline of each controller call")
 	flag.DurationVar(&cfg.nodeTimeout, "node-timeout", 5*time.Minute, "deadline of each node call and of the DeleteVolume of P3's 1 TiB volumes")
 	flag.StringVar(&cfg.imageFeatures, "image-features", "", "StorageClass imageFeatures for every volume (and the raw baseline); empty: the driver's default for single-writer volumes")
@@ -141,13 +163,15 @@ func parseFlags() (benchConfig, error) {
 	cfg.scenarios = map[string]bool{}
 	for _, s := range strings.Split(scen, ",") {
 		s = strings.ToUpper(strings.TrimSpace(s))
-		if !slices.Contains([]string{"P1", "P2", "P3", "P4", "P5", "P6", "P7", "P11"}, s) {
+		if !slices.Contains([]string{"P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P11"}, s) {
 			return cfg, fmt.Errorf("-scenarios: unknown %q", s)
 		}
 		cfg.scenarios[s] = true
 	}
 	if cfg.n < 1 || cfg.rounds < 1 || cfg.gomaxprocs < 1 || cfg.cycles < 0 || cfg.cycleConcurrency < 1 || cfg.stageRounds < 1 ||
-		cfg.parallelVolumes < 1 || cfg.parallelConcurrency < 1 || cfg.parallelRounds < 1 || data < 1 || cfg.restoreRounds < 1 {
+		cfg.parallelVolumes < 1 || cfg.parallelConcurrency < 1 || cfg.parallelRounds < 1 || data < 1 || cfg.restoreRounds < 1 ||
+		cfg.fill < 1 || cfg.fillConcurrency < 1 || cfg.listPage < 0 || cfg.fullVolumes < 1 || cfg.fullConcurrency < 1 || cfg.fullRounds < 1 ||
+		cfg.sweepInterval <= 0 || cfg.nodes < 1 || cfg.publishes < 1 || cfg.heartbeat <= 0 {
 		return cfg, errors.New("counts must be positive")
 	}
 	cfg.restoreData = data * mib
@@ -219,6 +243,8 @@ func run(ctx context.Context, cfg benchConfig) int {
 		"parallel_volumes": cfg.parallelVolumes, "parallel_concurrency": cfg.parallelConcurrency,
 		"parallel_rounds": cfg.parallelRounds, "restore_data_bytes": cfg.restoreData, "restore_rounds": cfg.restoreRounds,
 		"scenarios": keys(cfg.scenarios), "image_features": cfg.imageFeatures, "gomaxprocs": cfg.gomaxprocs,
+		"fill": cfg.fill, "list_page": cfg.listPage, "sweep_interval": cfg.sweepInterval.String(),
+		"nodes": cfg.nodes, "heartbeat": cfg.heartbeat.String(),
 	}
 	conns := ceph.NewConns(ceph.DefaultOptions())
 	defer conns.Close()
@@ -310,6 +336,16 @@ func (b *bench) scenarios(ctx context.Context) error {
 			}
 		}
 	}
+	if sc["P8"] {
+		if err := b.measured(func() error { return b.runP8(ctx) }); err != nil {
+			return err
+		}
+	}
+	if sc["P9"] {
+		if err := b.measured(func() error { return b.runP9(ctx) }); err != nil {
+			return err
+		}
+	}
 	if sc["P3"] || sc["P7"] {
 		np, err := b.startPlugin("node", "--mode", "all", "--nodeid", "bench", "--default-mounter", "fuse",
 			"--state-dir", filepath.Join(b.work, "state"), "--v", "2",
@@ -353,7 +389,7 @@ func (b *bench) teardown(failed bool) []string {
 	b.floor.stop()
 	left := b.led.cleanup(ctx, b.c, b.raw, b.pool)
 	for _, p := range b.plugins {
-		if !p.alive() {
+		if !p.alive() && !p.retired {
 			left = append(left, fmt.Sprintf("plugin %s had exited: %s", p.name, p.tail(20)))
 		}
 		p.stop()
@@ -365,6 +401,7 @@ func (b *bench) teardown(failed bool) []string {
 			}
 		}
 	}
+	left = append(left, b.extraLeft...)
 	for _, f := range forceCleanNode(b.work) {
 		left = append(left, "node: "+f)
 	}

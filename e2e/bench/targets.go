@@ -14,6 +14,7 @@ const (
 	atMost                  // ratio <= limit
 	budget                  // value <= limit, in the row's unit
 	noneBeyond              // no object beyond the reference set
+	zero                    // value == 0, in the row's unit
 )
 
 // target is one kind of row: what it measures, what it compares that
@@ -60,6 +61,17 @@ const (
 	keyP11Bytes        = "P11 delta bytes"
 	keyP11Time         = "P11 delta time"
 	keyP11Thin         = "P11 thin TiB"
+	keyP8Create        = "P8 create"
+	keyP8Delete        = "P8 delete"
+	keyP8ListVolumes   = "P8 ListVolumes"
+	keyP8ListSnapshots = "P8 ListSnapshots"
+	keyP8SweepReads    = "P8 sweep reads"
+	keyP8SweepTime     = "P8 sweep time"
+	keyP8RSS           = "P8 RSS"
+	keyP8SweepRSS      = "P8 sweeper RSS"
+	keyP9Ops           = "P9 ops"
+	keyP9Publish       = "P9 publish"
+	keyP9Size          = "P9 size"
 )
 
 // targets is the table, in the order the results print it.
@@ -88,6 +100,17 @@ func targets() []target {
 		// 64 MiB rewritten in a volume holding 1 GiB: Ceph reports rewrites
 		// of existing data to the byte, so an incremental backup reads
 		// about 1/16 of a full one.
+		{Key: keyP8Create, ID: "P8", Measure: "CreateVolume/s in a pool of -fill thin images", Versus: "the same in the empty pool", Judge: atLeast, Limit: 0.9},
+		{Key: keyP8Delete, ID: "P8", Measure: "DeleteVolume/s in the full pool", Versus: "the same in the empty pool", Judge: atLeast, Limit: 0.9},
+		{Key: keyP8ListVolumes, ID: "P8", Measure: "a complete paginated ListVolumes: time per 1,000 volumes at -fill volumes", Versus: "the same at a tenth of them (linear: 1.0)", Judge: atMost, Limit: 1.25},
+		{Key: keyP8ListSnapshots, ID: "P8", Measure: "a complete paginated ListSnapshots: time per 1,000 images at -fill images", Versus: "the same at a tenth of them (linear: 1.0)", Judge: atMost, Limit: 1.25},
+		{Key: keyP8SweepReads, ID: "P8", Measure: "images a sweep reads in an idle full pool (the pass after the first)", Versus: "a budget: none, whatever the pool holds", Judge: zero, Unit: "images"},
+		{Key: keyP8SweepTime, ID: "P8", Measure: "a sweep of the idle full pool", Versus: "the first pass after the controller's start (which reads every image)"},
+		{Key: keyP8RSS, ID: "P8", Measure: "controller RSS growth with -fill images in its pool (after listing them)", Versus: "a budget over its RSS in the empty pool", Judge: budget, Limit: 10, Unit: "MiB"},
+		{Key: keyP8SweepRSS, ID: "P8", Measure: "RSS of a controller that swept the full pool", Versus: "a budget over the listing controller's RSS in the empty pool", Judge: budget, Limit: 10, Unit: "MiB"},
+		{Key: keyP9Ops, ID: "P9", Measure: "Ceph operations per second per node of -nodes heartbeating at the deployed interval", Versus: "the same of 1 node (linear: 1.0)", Judge: atMost, Limit: 1.1},
+		{Key: keyP9Publish, ID: "P9", Measure: "ControllerPublishVolume latency with -nodes heartbeating", Versus: "with 1 node", Judge: atMost, Limit: 1.5},
+		{Key: keyP9Size, ID: "P9", Measure: "node registry object size per node with -nodes", Versus: "with 1 node (linear: 1.0)", Judge: atMost, Limit: 1.1},
 		{Key: keyP11Bytes, ID: "P11", Measure: "bytes GetMetadataDelta lists for 64 MiB rewritten in a 100 GiB volume holding 1 GiB", Versus: "bytes GetMetadataAllocated lists (a full backup)", Judge: atMost, Limit: 0.1},
 		{Key: keyP11Time, ID: "P11", Measure: "GetMetadataDelta's listing time", Versus: "GetMetadataAllocated's"},
 		{Key: keyP11Thin, ID: "P11", Measure: "GetMetadataAllocated of a 1 TiB thin volume holding 64 MiB", Versus: "of a 1 GiB volume holding the same", Judge: atMost, Limit: 10},
@@ -109,6 +132,8 @@ func (t target) words() string {
 		return fmt.Sprintf("<= %g %s", t.Limit, t.Unit)
 	case noneBeyond:
 		return "none beyond"
+	case zero:
+		return "none"
 	}
 	if t.Invert {
 		return "(reported; 1.0 = serialised)"
@@ -152,6 +177,8 @@ func judgeRow(key string, rw row, beyond int) row {
 	case noneBeyond:
 		rw.Beyond = ptr(beyond)
 		rw.Met = ptr(beyond == 0)
+	case zero:
+		rw.Met = ptr(rw.Value == 0)
 	}
 	return rw
 }

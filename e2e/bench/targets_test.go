@@ -15,7 +15,7 @@ func TestTargetTable(t *testing.T) {
 		if tg.ID == "" || tg.Measure == "" || tg.Versus == "" {
 			t.Errorf("%q does not say what it compares with what: %+v", tg.Key, tg)
 		}
-		if (tg.Judge == reported) != (tg.Limit == 0) && tg.Judge != noneBeyond {
+		if (tg.Judge == reported) != (tg.Limit == 0) && tg.Judge != noneBeyond && tg.Judge != zero {
 			t.Errorf("%q: a reported row has no limit, a judged one has one: %+v", tg.Key, tg)
 		}
 	}
@@ -45,6 +45,8 @@ func TestJudgeRow(t *testing.T) {
 		{key: keyP7Stage, value: 1, ref: 2, wantRatio: 2, wantDisplay: "(reported; 1.0 = serialised)"},
 		{key: keyP3Ext4Objects, value: 28, ref: 26, beyond: 2, wantMet: ptr(false), wantRatio: 28.0 / 26, wantDisplay: "none beyond"},
 		{key: keyP3Ext4Objects, value: 26, ref: 26, wantMet: ptr(true), wantRatio: 1, wantDisplay: "none beyond"},
+		{key: keyP8SweepReads, value: 0, ref: 1000, wantMet: ptr(true), wantRatio: 0, wantDisplay: "none"},
+		{key: keyP8SweepReads, value: 3, ref: 1000, wantMet: ptr(false), wantRatio: 0.003, wantDisplay: "none"},
 	}
 	for _, c := range cases {
 		rw := vs("m", "x", c.value, c.ref, "ref")
