@@ -19,6 +19,7 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/lock"
 	"github.com/rbdcsi/rbdcsi/internal/nodereg"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
+	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
 // Clusters resolves a clusterID to its monitors.
@@ -150,6 +151,10 @@ type Controller struct {
 	claims     records.Claims
 	staticTmps records.WorkIndex
 	groups     records.Groups
+	// volPages and snapPages keep what paginated listings left for
+	// their next pages (pages.go).
+	volPages  *pages[volid.Volume]
+	snapPages *pages[*csi.ListSnapshotsResponse_Entry]
 }
 
 // New returns a Controller.
@@ -189,6 +194,7 @@ func New(o Options) *Controller {
 		backend: o.Backend, clusters: o.Clusters, cred: o.Credentials, locks: locks, opts: o, nodes: o.Nodes,
 		up: upkeep.New(uo), names: names,
 		claims: records.NewClaims(o.Backend, names), staticTmps: records.NewStaticTmps(o.Backend, names), groups: records.NewGroups(o.Backend, names),
+		volPages: newPages[volid.Volume](), snapPages: newPages[*csi.ListSnapshotsResponse_Entry](),
 	}
 }
 

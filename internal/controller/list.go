@@ -70,7 +70,9 @@ func (c *Controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 // ListVolumes pages through the volumes of every pool of every cluster the
 // controller credentials can read, in volume ID order. The token is the
 // last ID of the previous page, so volumes created or deleted between
-// pages neither repeat nor shift the listing.
+// pages neither repeat nor shift the listing. The first page lists every
+// pool; the pages after it take the IDs that listing left (pages.go) and
+// read only their own volumes.
 func (c *Controller) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
 	if c.cred == nil {
 		return nil, status.Error(codes.Unimplemented, "ListVolumes needs controller credentials (--controller-secret-dir)")
@@ -84,15 +86,19 @@ func (c *Controller) ListVolumes(ctx context.Context, req *csi.ListVolumesReques
 			return nil, status.Errorf(codes.Aborted, "starting token %.130q was not returned by this driver; start the listing again", after)
 		}
 	}
-	ids, err := c.volumeIDs(ctx)
-	if err != nil {
-		return nil, err
+	ids, ok := c.volPages.get("", after)
+	if !ok || after == "" {
+		all, err := c.volumeIDs(ctx)
+		if err != nil {
+			return nil, err
+		}
+		ids = all[sort.Search(len(all), func(i int) bool { return all[i].String() > after }):]
 	}
-	start := sort.Search(len(ids), func(i int) bool { return ids[i].String() > after })
 	resp := &csi.ListVolumesResponse{}
-	for i := start; i < len(ids); i++ {
+	for i := 0; i < len(ids); i++ {
 		if req.GetMaxEntries() > 0 && len(resp.Entries) == int(req.GetMaxEntries()) {
 			resp.NextToken = resp.Entries[len(resp.Entries)-1].Volume.VolumeId
+			c.volPages.put("", resp.NextToken, ids[i:])
 			break
 		}
 		vol := ids[i]

@@ -31,7 +31,9 @@ func (c *Controller) GetSnapshot(ctx context.Context, req *csi.GetSnapshotReques
 }
 
 // ListSnapshots pages through snapshots in snapshot ID order, filtered by
-// snapshot ID or source volume ID; the token is the last ID returned.
+// snapshot ID or source volume ID; the token is the last ID returned. An
+// unfiltered listing reads every image at its first page; the pages after
+// it take the entries that walk left (pages.go).
 func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
 	if req.GetMaxEntries() < 0 {
 		return nil, status.Errorf(codes.InvalidArgument, "max_entries must not be negative, got %d", req.GetMaxEntries())
@@ -42,25 +44,32 @@ func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 			return nil, status.Errorf(codes.Aborted, "starting token %.130q was not returned by this driver; start the listing again", after)
 		}
 	}
-	var entries []*csi.ListSnapshotsResponse_Entry
-	var err error
-	switch {
-	case req.GetSnapshotId() != "":
-		entries, err = c.snapshotByID(ctx, req.GetSnapshotId(), req.GetSecrets())
-	case req.GetSourceVolumeId() != "":
-		entries, err = c.snapshotsOfVolume(ctx, req.GetSourceVolumeId(), req.GetSecrets())
-	default:
-		entries, err = c.allSnapshots(ctx, req.GetSecrets())
+	all := req.GetSnapshotId() == "" && req.GetSourceVolumeId() == ""
+	scope := pagesScope(req.GetSecrets())
+	entries, ok := c.snapPages.get(scope, after)
+	if !ok || after == "" || !all {
+		var err error
+		switch {
+		case req.GetSnapshotId() != "":
+			entries, err = c.snapshotByID(ctx, req.GetSnapshotId(), req.GetSecrets())
+		case req.GetSourceVolumeId() != "":
+			entries, err = c.snapshotsOfVolume(ctx, req.GetSourceVolumeId(), req.GetSecrets())
+		default:
+			entries, err = c.allSnapshots(ctx, req.GetSecrets())
+		}
+		if err != nil {
+			return nil, err
+		}
+		sort.Slice(entries, func(i, j int) bool { return entries[i].Snapshot.SnapshotId < entries[j].Snapshot.SnapshotId })
+		entries = entries[sort.Search(len(entries), func(i int) bool { return entries[i].Snapshot.SnapshotId > after }):]
 	}
-	if err != nil {
-		return nil, err
-	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].Snapshot.SnapshotId < entries[j].Snapshot.SnapshotId })
-	start := sort.Search(len(entries), func(i int) bool { return entries[i].Snapshot.SnapshotId > after })
-	resp := &csi.ListSnapshotsResponse{Entries: entries[start:]}
+	resp := &csi.ListSnapshotsResponse{Entries: entries}
 	if n := int(req.GetMaxEntries()); n > 0 && len(resp.Entries) > n {
-		resp.Entries = resp.Entries[:n]
+		resp.Entries = entries[:n:n]
 		resp.NextToken = resp.Entries[n-1].Snapshot.SnapshotId
+		if all {
+			c.snapPages.put(scope, resp.NextToken, entries[n:])
+		}
 	}
 	return resp, nil
 }
