@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -159,6 +160,7 @@ func (s *sweeper) sweep(ctx context.Context, pool rbd.Pool) error {
 	if err != nil || !readable {
 		return err
 	}
+	s.forgetGone(pool, names)
 	for _, name := range names {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -183,6 +185,25 @@ func (s *sweeper) sweep(ctx context.Context, pool rbd.Pool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// forgetGone drops the clean marks of the pool's images that are no
+// longer listed (removed by other means than the driver's own calls,
+// which touch what they change), so that the marks stay as many as the
+// pool's images. One sweep of a pool runs at a time, and only it marks.
+func (s *sweeper) forgetGone(pool rbd.Pool, listed []string) {
+	prefix := records.PoolImageKey(pool, "")
+	have := make(map[string]bool, len(listed))
+	for _, n := range listed {
+		have[records.PoolImageKey(pool, n)] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.clean {
+		if strings.HasPrefix(k, prefix) && !have[k] {
+			delete(s.clean, k)
+		}
+	}
 }
 
 // sweepHidden reclaims a hidden image nothing needs.

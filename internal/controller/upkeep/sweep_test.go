@@ -247,3 +247,45 @@ func sameSet(a, b []string) bool {
 	slices.Sort(b)
 	return slices.Equal(a, b)
 }
+
+// A sweep reads each finished volume once, marks it clean and leaves it
+// unread while nothing touches it; the mark of an image removed by other
+// means goes with the next sweep, so the marks stay as many as the images.
+func TestSweepForgetsImagesGone(t *testing.T) {
+	backend := fake.New(fake.Options{Pools: []string{"rbd"}})
+	names := records.NewNames("", nil)
+	s := newSweeper(newEnv(Options{Backend: backend, Locks: lock.New(), Names: names, Clusters: cluster.NewStaticMap(nil)}), time.Hour)
+	defer s.stop()
+	pool := rbd.Pool{Name: "rbd"}
+	var images []string
+	for i := range 3 {
+		req := fmt.Sprintf("vol-%d", i)
+		img := names.Image(records.VolumePrefix, req)
+		if err := backend.CreateImage(context.Background(), pool, img, rbd.ImageSpec{Size: 1 << 20, Metadata: map[string]string{records.MetaName: req}}); err != nil {
+			t.Fatal(err)
+		}
+		images = append(images, img)
+	}
+	marks := func() []string {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return slices.Sorted(maps.Keys(s.clean))
+	}
+	if err := s.sweep(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	if got := marks(); len(got) != 3 {
+		t.Fatalf("after the first sweep: marks %v, want the 3 images", got)
+	}
+	if err := backend.RemoveImage(context.Background(), pool, images[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sweep(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{records.PoolImageKey(pool, images[0]), records.PoolImageKey(pool, images[2])}
+	slices.Sort(want)
+	if got := marks(); !slices.Equal(got, want) {
+		t.Fatalf("after the image went: marks %v, want %v", got, want)
+	}
+}
