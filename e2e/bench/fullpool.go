@@ -69,6 +69,7 @@ func (b *bench) fullPool(ctx context.Context) (rbd.Pool, func(), error) {
 		}
 	}
 	for _, s := range steps {
+		// runs: ceph rbd
 		if _, err := b.c.admin(ctx, s[0], s[1:]...); err != nil {
 			remove()
 			return p, nil, err
