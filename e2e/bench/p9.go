@@ -148,9 +148,10 @@ func (b *bench) runP9(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	perNode := func(ph p9Phase) float64 { return ph.opsPerSec() / float64(ph.Nodes) }
-	b.rep.add(keyP9Ops, vs(fmt.Sprintf("heartbeat writes per second per node, %d nodes every %s vs 1 (%.1f/s in all; the OSDs served %.1f vs %.1f ops/s, the controller's and Ceph's own included)",
-		b.cfg.nodes, iv, many.opsPerSec(), float64(many.OSDOps)/many.WindowS, float64(one.OSDOps)/one.WindowS), "ops/s", perNode(many), perNode(one), "1 node"))
+	// Per node and interval: the rate per node, in a unit that reads.
+	perNode := func(ph p9Phase) float64 { return ph.opsPerSec() * iv.Seconds() / float64(ph.Nodes) }
+	b.rep.add(keyP9Ops, vs(fmt.Sprintf("heartbeat writes per node per interval, %d nodes every %s vs 1 (%.1f/s in all; the OSDs served %.1f vs %.1f ops/s, the controller's and Ceph's own included)",
+		b.cfg.nodes, iv, many.opsPerSec(), float64(many.OSDOps)/many.WindowS, float64(one.OSDOps)/one.WindowS), "writes", perNode(many), perNode(one), "1 node"))
 	b.rep.add(keyP9Publish, vs(fmt.Sprintf("ControllerPublishVolume latency, %d nodes vs 1 (median of %d; unpublish %.1f vs %.1f ms)",
 		b.cfg.nodes, b.cfg.publishes, median(many.UnpublishMs), median(one.UnpublishMs)), "ms", median(many.PublishMs), median(one.PublishMs), "1 node"))
 	b.rep.add(keyP9Size, vs(fmt.Sprintf("node registry omap bytes per node, %d nodes (%.1f KiB) vs 1", b.cfg.nodes, float64(many.ObjectBytes)/1024),
