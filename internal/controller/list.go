@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
+	"sync/atomic"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -95,30 +97,90 @@ func (c *Controller) ListVolumes(ctx context.Context, req *csi.ListVolumesReques
 		ids = all[sort.Search(len(all), func(i int) bool { return all[i].String() > after }):]
 	}
 	resp := &csi.ListVolumesResponse{}
-	for i := 0; i < len(ids); i++ {
-		if req.GetMaxEntries() > 0 && len(resp.Entries) == int(req.GetMaxEntries()) {
-			resp.NextToken = resp.Entries[len(resp.Entries)-1].Volume.VolumeId
-			c.volPages.put("", resp.NextToken, ids[i:])
+	limit := int(req.GetMaxEntries())
+	for len(ids) > 0 {
+		// The entries still wanted, read at once; volumes deleted since
+		// the names were listed (or unfinished) leave room for the next.
+		batch := ids
+		if limit > 0 {
+			batch = ids[:min(len(ids), limit-len(resp.Entries))]
+		}
+		entries := make([]*csi.ListVolumesResponse_Entry, len(batch))
+		err := readAll(ctx, len(batch), func(ctx context.Context, i int) error {
+			vol := batch[i]
+			pool, err := c.pool(vol.ClusterID, vol.Pool, nil)
+			if err != nil {
+				return err
+			}
+			info, err := c.stat(ctx, pool, vol)
+			if status.Code(err) == codes.NotFound {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			entries[i] = &csi.ListVolumesResponse_Entry{
+				Volume: &csi.Volume{VolumeId: vol.String(), CapacityBytes: int64(info.Size)},
+				Status: &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: attach.Nodes(info.Metadata)},
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			if e != nil {
+				resp.Entries = append(resp.Entries, e)
+			}
+		}
+		ids = ids[len(batch):]
+		if limit > 0 && len(resp.Entries) == limit {
+			if len(ids) > 0 {
+				resp.NextToken = resp.Entries[limit-1].Volume.VolumeId
+				c.volPages.put("", resp.NextToken, ids)
+			}
 			break
 		}
-		vol := ids[i]
-		pool, err := c.pool(vol.ClusterID, vol.Pool, nil)
-		if err != nil {
-			return nil, err
-		}
-		info, err := c.stat(ctx, pool, vol)
-		if status.Code(err) == codes.NotFound {
-			continue // deleted since the names were listed, or unfinished
-		}
-		if err != nil {
-			return nil, err
-		}
-		resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{
-			Volume: &csi.Volume{VolumeId: vol.String(), CapacityBytes: int64(info.Size)},
-			Status: &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: attach.Nodes(info.Metadata)},
-		})
 	}
 	return resp, nil
+}
+
+// listReads bounds the image reads one listing call makes at once: a
+// page's entries are read side by side, not one round trip after the
+// other.
+const listReads = 8
+
+// readAll runs read(i) for every i in [0, n), listReads at a time; the
+// first error stops the reads not yet started and is returned.
+func readAll(parent context.Context, n int, read func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	var next atomic.Int64
+	var once sync.Once
+	var first error
+	var wg sync.WaitGroup
+	for range min(listReads, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := read(ctx, i); err != nil {
+					once.Do(func() { first = err; cancel() })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil && parent.Err() != nil {
+		// Ended before a read could fail: the page is not whole.
+		return status.FromContextError(parent.Err()).Err()
+	}
+	return first
 }
 
 // volumeIDs lists every volume image, sorted by ID. Pools the controller's

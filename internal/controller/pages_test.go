@@ -1,9 +1,16 @@
 package controller
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func TestPagesKeepWhatAListingLeftForAWhile(t *testing.T) {
@@ -46,5 +53,44 @@ func TestPagesScopeHidesTheKey(t *testing.T) {
 	}
 	if len(s) != 64 {
 		t.Fatalf("scope %q is not a hash", s)
+	}
+}
+
+func TestReadAll(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[int]bool{}
+	err := readAll(context.Background(), 50, func(_ context.Context, i int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[i] = true
+		return nil
+	})
+	if err != nil || len(seen) != 50 {
+		t.Fatalf("read %d of 50: %v", len(seen), err)
+	}
+	broken := errors.New("broken")
+	var after atomic.Int64
+	err = readAll(context.Background(), 1000, func(ctx context.Context, i int) error {
+		if i == 3 {
+			return broken
+		}
+		if ctx.Err() != nil {
+			after.Add(1)
+		}
+		return nil
+	})
+	if !errors.Is(err, broken) {
+		t.Fatalf("got %v, want the failed read's error", err)
+	}
+	if after.Load() > listReads {
+		t.Fatalf("%d reads started after the failure was known", after.Load())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := readAll(ctx, 10, func(context.Context, int) error { return nil }); status.Code(err) != codes.Canceled {
+		t.Fatalf("a cancelled listing returned %v, want Canceled", err)
+	}
+	if err := readAll(context.Background(), 0, nil); err != nil {
+		t.Fatalf("no reads: %v", err)
 	}
 }

@@ -113,7 +113,7 @@ func (c *Controller) snapshotsOfVolume(ctx context.Context, id string, secrets m
 }
 
 // allSnapshots walks every volume image, live or kept for its snapshots,
-// in every pool the credentials can read.
+// in every pool the credentials can read, listReads images at a time.
 func (c *Controller) allSnapshots(ctx context.Context, secrets map[string]string) ([]*csi.ListSnapshotsResponse_Entry, error) {
 	var out []*csi.ListSnapshotsResponse_Entry
 	for _, cl := range c.clusters.All() {
@@ -138,18 +138,29 @@ func (c *Controller) allSnapshots(ctx context.Context, secrets map[string]string
 			if err != nil {
 				return nil, cephStatus(err)
 			}
+			var own []string
 			for _, n := range names {
-				if _, hidden := c.names.HiddenID(n); !hidden && !c.names.IsVolumeImage(n) {
-					continue
+				if _, hidden := c.names.HiddenID(n); hidden || c.names.IsVolumeImage(n) {
+					own = append(own, n)
 				}
-				fam, err := c.backend.StatFamily(ctx, pool, n, "")
+			}
+			found := make([][]*csi.ListSnapshotsResponse_Entry, len(own))
+			err = readAll(ctx, len(own), func(ctx context.Context, i int) error {
+				fam, err := c.backend.StatFamily(ctx, pool, own[i], "")
 				if errors.Is(err, rbd.ErrNotFound) {
-					continue
+					return nil
 				}
 				if err != nil {
-					return nil, cephStatus(err)
+					return cephStatus(err)
 				}
-				out = append(out, c.snapshotEntries(cl.ClusterID, poolName, fam, "")...)
+				found[i] = c.snapshotEntries(cl.ClusterID, poolName, fam, "")
+				return nil
+			})
+			if err != nil {
+				return nil, err
+			}
+			for _, f := range found {
+				out = append(out, f...)
 			}
 		}
 	}
