@@ -22,23 +22,27 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
-// fullPoolName is P8's pool.
-const fullPoolName = "bench-full"
+// P8's pools: the one it fills and one of the same make it leaves empty,
+// so that the rates in each can be taken round after round.
+const (
+	fullPoolName  = "bench-full"
+	emptyPoolName = "bench-empty"
+)
 
-// fullPool makes P8's pool and lets the CSI user into it; the returned
-// function removes the pool and gives the user its caps back.
-func (b *bench) fullPool(ctx context.Context) (rbd.Pool, func(), error) {
-	p := b.pool
-	p.Name = fullPoolName
+// p8Pools makes P8's pools and lets the CSI user into them; the returned
+// function removes the pools and gives the user its caps back.
+func (b *bench) p8Pools(ctx context.Context) (full, empty rbd.Pool, _ func(), _ error) {
+	full, empty = b.pool, b.pool
+	full.Name, empty.Name = fullPoolName, emptyPoolName
 	caps, err := b.c.admin(ctx, "ceph", "auth", "get", "client."+b.c.CSIUser, "--format", "json")
 	if err != nil {
-		return p, nil, err
+		return full, empty, nil, err
 	}
 	var ents []struct {
 		Caps map[string]string `json:"caps"`
 	}
 	if err := json.Unmarshal([]byte(caps), &ents); err != nil || len(ents) != 1 {
-		return p, nil, fmt.Errorf("reading the caps of client.%s: %v: %q", b.c.CSIUser, err, caps)
+		return full, empty, nil, fmt.Errorf("reading the caps of client.%s: %v: %q", b.c.CSIUser, err, caps)
 	}
 	orig := ents[0].Caps
 	capArgs := func(c map[string]string) []string {
@@ -52,10 +56,12 @@ func (b *bench) fullPool(ctx context.Context) (rbd.Pool, func(), error) {
 	}
 	steps := [][]string{
 		{"ceph", "config", "set", "mon", "mon_allow_pool_delete", "true"},
-		{"ceph", "osd", "pool", "create", p.Name, "16"},
-		{"rbd", "pool", "init", p.Name},
+		{"ceph", "osd", "pool", "create", full.Name, "16"},
+		{"rbd", "pool", "init", full.Name},
+		{"ceph", "osd", "pool", "create", empty.Name, "16"},
+		{"rbd", "pool", "init", empty.Name},
 	}
-	wider := map[string]string{"mon": orig["mon"], "osd": orig["osd"] + ", profile rbd pool=" + p.Name, "mgr": orig["mgr"]}
+	wider := map[string]string{"mon": orig["mon"], "osd": orig["osd"] + ", profile rbd pool=" + full.Name + ", profile rbd pool=" + empty.Name, "mgr": orig["mgr"]}
 	steps = append(steps, append([]string{"ceph"}, capArgs(wider)...))
 	remove := func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -63,19 +69,21 @@ func (b *bench) fullPool(ctx context.Context) (rbd.Pool, func(), error) {
 		if _, err := b.c.admin(cctx, "ceph", append([]string{}, capArgs(orig)...)...); err != nil {
 			b.logf("P8: giving client.%s its caps back: %v", b.c.CSIUser, err)
 		}
-		if _, err := b.c.admin(cctx, "ceph", "osd", "pool", "rm", p.Name, p.Name, "--yes-i-really-really-mean-it"); err != nil {
-			b.logf("P8: removing pool %s: %v", p.Name, err)
-			b.extraLeft = append(b.extraLeft, "pool "+p.Name+": "+err.Error())
+		for _, p := range []rbd.Pool{full, empty} {
+			if _, err := b.c.admin(cctx, "ceph", "osd", "pool", "rm", p.Name, p.Name, "--yes-i-really-really-mean-it"); err != nil {
+				b.logf("P8: removing pool %s: %v", p.Name, err)
+				b.extraLeft = append(b.extraLeft, "pool "+p.Name+": "+err.Error())
+			}
 		}
 	}
 	for _, s := range steps {
 		// runs: ceph rbd
 		if _, err := b.c.admin(ctx, s[0], s[1:]...); err != nil {
 			remove()
-			return p, nil, err
+			return full, empty, nil, err
 		}
 	}
-	return p, remove, nil
+	return full, empty, remove, nil
 }
 
 // secretDir writes the CSI user's key as a mounted Secret would hold it,
@@ -121,42 +129,62 @@ const snapEvery = 10
 // snapsIn is how many of the first n images of the fill have a snapshot.
 func snapsIn(n int) int { return (n + snapEvery - 1) / snapEvery }
 
-// rates creates then deletes volumes in the pool through the plugin and
-// returns the creates and deletes per second (medians over the rounds).
-func (b *bench) rates(ctx context.Context, pl *plugin, p rbd.Pool, tag string) (create, del float64, err error) {
+// rateRound creates then deletes -full-volumes volumes in the pool
+// through the plugin and returns the creates and deletes per second.
+func (b *bench) rateRound(ctx context.Context, pl *plugin, p rbd.Pool, tag string) (create, del float64, err error) {
 	cc := pl.controller()
-	var cs, ds []float64
-	before, err := scrapeOps(ctx, pl.metricsAddr)
+	ids := make([]string, b.cfg.fullVolumes)
+	took, err := runOps(ctx, len(ids), b.cfg.fullConcurrency, func(ctx context.Context, i int) error {
+		v, err := b.createIn(ctx, cc, p, fmt.Sprintf("bench-%s-p8-%s-%d", b.runID, tag, i))
+		if err == nil {
+			ids[i] = v.VolumeId
+		}
+		return err
+	})
 	if err != nil {
 		return 0, 0, err
 	}
-	defer func() {
-		if after, serr := scrapeOps(ctx, pl.metricsAddr); serr == nil && err == nil {
-			b.rep.Details["p8_ops_per_create_and_delete_"+tag] = after.since(before, b.cfg.fullRounds*b.cfg.fullVolumes)
-		}
-	}()
-	for r := 0; r < b.cfg.fullRounds; r++ {
-		ids := make([]string, b.cfg.fullVolumes)
-		took, err := runOps(ctx, len(ids), b.cfg.fullConcurrency, func(ctx context.Context, i int) error {
-			v, err := b.createIn(ctx, cc, p, fmt.Sprintf("bench-%s-p8-%s-%d-%d", b.runID, tag, r, i))
-			if err == nil {
-				ids[i] = v.VolumeId
-			}
-			return err
-		})
-		if err != nil {
-			return 0, 0, err
-		}
-		cs = append(cs, float64(len(ids))/took.Seconds())
-		took, err = runOps(ctx, len(ids), b.cfg.fullConcurrency, func(ctx context.Context, i int) error {
-			return b.deleteVolume(ctx, cc, ids[i])
-		})
-		if err != nil {
-			return 0, 0, err
-		}
-		ds = append(ds, float64(len(ids))/took.Seconds())
+	create = float64(len(ids)) / took.Seconds()
+	took, err = runOps(ctx, len(ids), b.cfg.fullConcurrency, func(ctx context.Context, i int) error {
+		return b.deleteVolume(ctx, cc, ids[i])
+	})
+	return create, float64(len(ids)) / took.Seconds(), err
+}
+
+// rates takes -full-rounds rounds of creates and deletes in the full pool
+// and in the empty one, one after the other, and returns the median
+// rates and the medians of the rounds' ratios (full over empty), so that
+// the drift of a shared machine's load cancels out as in P1.
+func (b *bench) rates(ctx context.Context, pl *plugin, full, empty rbd.Pool, tag string) (r p8Rates, err error) {
+	before, err := scrapeOps(ctx, pl.metricsAddr)
+	if err != nil {
+		return r, err
 	}
-	return median(cs), median(ds), nil
+	var cf, df, ce, de, cr, dr []float64
+	for i := 0; i < b.cfg.fullRounds; i++ {
+		c0, d0, err := b.rateRound(ctx, pl, empty, fmt.Sprintf("%s-empty-%d", tag, i))
+		if err != nil {
+			return r, err
+		}
+		c1, d1, err := b.rateRound(ctx, pl, full, fmt.Sprintf("%s-full-%d", tag, i))
+		if err != nil {
+			return r, err
+		}
+		ce, de, cf, df = append(ce, c0), append(de, d0), append(cf, c1), append(df, d1)
+		cr, dr = append(cr, c1/c0), append(dr, d1/d0)
+	}
+	if after, err := scrapeOps(ctx, pl.metricsAddr); err == nil {
+		b.rep.Details["p8_ops_per_create_and_delete_"+tag] = after.since(before, 2*b.cfg.fullRounds*b.cfg.fullVolumes)
+	}
+	return p8Rates{CreateFull: median(cf), DeleteFull: median(df), CreateEmpty: median(ce), DeleteEmpty: median(de),
+		CreateRatio: median(cr), DeleteRatio: median(dr)}, nil
+}
+
+// p8Rates are the rates in the full and the empty pool, and the medians
+// of the rounds' ratios.
+type p8Rates struct {
+	CreateFull, DeleteFull, CreateEmpty, DeleteEmpty float64
+	CreateRatio, DeleteRatio                         float64
 }
 
 // createIn is createVolume in another pool than the cluster's own.

@@ -14,15 +14,15 @@ import (
 )
 
 // runP8 measures the controller in a pool of -fill images against the
-// same in the empty pool: CreateVolume and DeleteVolume rates, complete
+// same in an empty pool: CreateVolume and DeleteVolume rates, complete
 // paginated listings at a tenth of the fill and at the fill, one sweep of
 // the pool (cold, after a restart, then idle) and the controller's RSS.
 func (b *bench) runP8(ctx context.Context) error {
 	fill, small := b.cfg.fill, max(b.cfg.fill/10, 1)
 	b.logf("P8: a pool of %d thin images (listings also at %d), against the empty pool", fill, small)
-	p, remove, err := b.fullPool(ctx)
+	p, empty, remove, err := b.p8Pools(ctx)
 	if err != nil {
-		return fmt.Errorf("P8 pool: %w", err)
+		return fmt.Errorf("P8 pools: %w", err)
 	}
 	defer remove()
 	secrets, err := b.secretDir()
@@ -39,19 +39,18 @@ func (b *bench) runP8(ctx context.Context) error {
 	details := map[string]any{"fill": fill, "small": small, "page": b.cfg.listPage, "volumes_per_round": b.cfg.fullVolumes,
 		"concurrency": b.cfg.fullConcurrency, "rounds": b.cfg.fullRounds}
 	b.rep.Details["p8"] = details
-	if _, _, err := b.rates(ctx, full, p, "warm"); err != nil {
+	warm, err := b.rates(ctx, full, p, empty, "warm")
+	if err != nil {
 		return fmt.Errorf("P8 warm-up: %w", err)
 	}
-	c0, d0, err := b.rates(ctx, full, p, "empty")
-	if err != nil {
-		return err
-	}
+	details["rates_both_empty"] = warm
 	time.Sleep(restAfterWarmUp)
 	mem0, err := b.memSnapshot(ctx, full, "p8_rss_empty")
 	if err != nil {
 		return err
 	}
-	b.logf("P8 empty pool: %.1f creates/s, %.1f deletes/s; RSS %.1f MiB", c0, d0, mem0.rssMiB())
+	b.logf("P8 both pools empty: %.1f vs %.1f creates/s, %.1f vs %.1f deletes/s (ratios %.2f, %.2f); RSS %.1f MiB",
+		warm.CreateFull, warm.CreateEmpty, warm.DeleteFull, warm.DeleteEmpty, warm.CreateRatio, warm.DeleteRatio, mem0.rssMiB())
 
 	lists := map[string]listing{}
 	for _, at := range []int{small, fill} {
@@ -87,14 +86,20 @@ func (b *bench) runP8(ctx context.Context) error {
 	b.rep.add(keyP8ListSnapshots, vs(fmt.Sprintf("complete ListSnapshots, pages of %d: time per 1,000 images at %d vs at %d (one in %d with a snapshot; %d vs %d pages; %.0f vs %.0f OSD ops)",
 		b.cfg.listPage, fill, small, snapEvery, sv.Pages, ss.Pages, sv.OSDOps*float64(max(sv.Entries, 1)), ss.OSDOps*float64(max(ss.Entries, 1))), "s", perImage(sv, fill), perImage(ss, small), fmt.Sprint(small)))
 
-	cN, dN, err := b.rates(ctx, full, p, "full")
+	rt, err := b.rates(ctx, full, p, empty, "full")
 	if err != nil {
 		return err
 	}
-	b.logf("P8 full pool: %.1f creates/s, %.1f deletes/s", cN, dN)
-	b.rep.add(keyP8Create, vs(fmt.Sprintf("CreateVolume/s in a pool of %d images vs the empty pool (c=%d, %d per round, median of %d)", fill, b.cfg.fullConcurrency, b.cfg.fullVolumes, b.cfg.fullRounds),
-		"ops/s", cN, c0, "empty"))
-	b.rep.add(keyP8Delete, vs(fmt.Sprintf("DeleteVolume/s in a pool of %d images vs the empty pool", fill), "ops/s", dN, d0, "empty"))
+	details["rates"] = rt
+	b.logf("P8 full pool: %.1f creates/s, %.1f deletes/s; empty pool: %.1f, %.1f", rt.CreateFull, rt.DeleteFull, rt.CreateEmpty, rt.DeleteEmpty)
+	create := vs(fmt.Sprintf("CreateVolume/s in a pool of %d images vs an empty pool (c=%d, %d per round, median of %d rounds' ratios; with both empty: %.2f)",
+		fill, b.cfg.fullConcurrency, b.cfg.fullVolumes, b.cfg.fullRounds, warm.CreateRatio), "ops/s", rt.CreateFull, rt.CreateEmpty, "empty")
+	create.Ratio = ptr(rt.CreateRatio)
+	b.rep.add(keyP8Create, create)
+	del := vs(fmt.Sprintf("DeleteVolume/s in a pool of %d images vs an empty pool (with both empty: %.2f)", fill, warm.DeleteRatio),
+		"ops/s", rt.DeleteFull, rt.DeleteEmpty, "empty")
+	del.Ratio = ptr(rt.DeleteRatio)
+	b.rep.add(keyP8Delete, del)
 	time.Sleep(restAfterWarmUp)
 	memN, err := b.memSnapshot(ctx, full, "p8_rss_full")
 	if err != nil {
