@@ -142,6 +142,9 @@ func (c *Controller) ListVolumes(ctx context.Context, req *csi.ListVolumesReques
 			break
 		}
 	}
+	if ok && resp.NextToken == "" {
+		c.volPages.drop("", after)
+	}
 	return resp, nil
 }
 

@@ -79,16 +79,18 @@ func listVolumes(t *testing.T, c *ctrl, token string) *csi.ListVolumesResponse {
 func TestListVolumesWalksThePoolOncePerListing(t *testing.T) {
 	_, c, cnt, vols := listingEnv(t)
 	var got []string
-	pages, token := 0, ""
+	pages, token, last := 0, "", ""
 	for {
 		resp := listVolumes(t, c, token)
 		for _, en := range resp.Entries {
 			got = append(got, en.Volume.VolumeId)
 		}
 		pages++
-		if token = resp.NextToken; token == "" {
+		if resp.NextToken == "" {
+			last = token
 			break
 		}
+		token = resp.NextToken
 	}
 	if len(got) != len(vols) || pages != 4 {
 		t.Fatalf("%d volumes in %d pages, want %d in 4", len(got), pages, len(vols))
@@ -100,6 +102,12 @@ func TestListVolumesWalksThePoolOncePerListing(t *testing.T) {
 	}
 	if calls := cnt.take(); calls["ListImages"] != 1 || calls["Stat"] != len(vols) {
 		t.Fatalf("a listing of %d pages made %v; want 1 ListImages and %d Stat", pages, calls, len(vols))
+	}
+	// The last page let go of what it took: asked again, it walks again,
+	// with the same answer.
+	again := listVolumes(t, c, last)
+	if calls := cnt.take(); calls["ListImages"] != 1 || len(again.Entries) != 1 || again.Entries[0].Volume.VolumeId != got[len(got)-1] {
+		t.Fatalf("the last page again: %v with %v", again.Entries, calls)
 	}
 }
 

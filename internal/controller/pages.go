@@ -69,7 +69,8 @@ func (p *pages[T]) put(scope, token string, rest []T) {
 }
 
 // get returns what follows token, if a page of this scope left it
-// within pagesTTL. It stays for a retry of the same page.
+// within pagesTTL. It stays for a retry of the same page, unless that was
+// the listing's last (drop).
 func (p *pages[T]) get(scope, token string) ([]T, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -78,6 +79,13 @@ func (p *pages[T]) get(scope, token string) ([]T, bool) {
 		return nil, false
 	}
 	return l.rest, true
+}
+
+// drop forgets what followed token: the listing's last page took it.
+func (p *pages[T]) drop(scope, token string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.left, scope+"\x00"+token)
 }
 
 // pagesScope tells apart the listings of callers with different secrets,

@@ -27,6 +27,11 @@ func TestPagesKeepWhatAListingLeftForAWhile(t *testing.T) {
 	if _, ok := p.get("other", "t1"); ok {
 		t.Fatal("another caller's scope got the listing")
 	}
+	p.put("", "t2", []int{5})
+	p.drop("", "t2")
+	if _, ok := p.get("", "t2"); ok {
+		t.Fatal("a dropped listing was kept")
+	}
 	now = now.Add(pagesTTL + time.Second)
 	if _, ok := p.get("", "t1"); ok {
 		t.Fatal("kept past the TTL")

@@ -71,6 +71,9 @@ func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 			c.snapPages.put(scope, resp.NextToken, entries[n:])
 		}
 	}
+	if ok && all && resp.NextToken == "" {
+		c.snapPages.drop(scope, after)
+	}
 	return resp, nil
 }
 
