@@ -19,6 +19,7 @@ import (
 
 	"github.com/rbdcsi/rbdcsi/internal/controller/records"
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
+	"github.com/rbdcsi/rbdcsi/internal/rbd/ceph"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
@@ -102,15 +103,17 @@ func (b *bench) secretDir() (string, error) {
 }
 
 // fillPool makes images [from, to) in the pool, thin and named and labelled
-// as finished volumes of the driver, every tenth with a snapshot.
-func (b *bench) fillPool(ctx context.Context, p rbd.Pool, from, to int) (time.Duration, error) {
+// as finished volumes of the driver, every tenth with a snapshot, through
+// raw, a backend whose connections were made after the CSI user got its
+// caps on the pool (a connection keeps the caps it was given).
+func (b *bench) fillPool(ctx context.Context, raw *ceph.Backend, p rbd.Pool, from, to int) (time.Duration, error) {
 	names := records.NewNames("", nil)
 	return runOps(ctx, to-from, b.cfg.fillConcurrency, func(ctx context.Context, i int) error {
 		req := fmt.Sprintf("bench-%s-fill-%d", b.runID, from+i)
 		ctx, cancel := context.WithTimeout(ctx, b.cfg.callTimeout)
 		defer cancel()
 		img := names.Image(records.VolumePrefix, req)
-		if err := b.raw.CreateImage(ctx, p, img, rbd.ImageSpec{
+		if err := raw.CreateImage(ctx, p, img, rbd.ImageSpec{
 			Size: uint64(gib), Features: b.c.features(), Metadata: map[string]string{records.MetaName: req},
 		}); err != nil {
 			return err
@@ -118,7 +121,7 @@ func (b *bench) fillPool(ctx context.Context, p rbd.Pool, from, to int) (time.Du
 		if (from+i)%snapEvery != 0 {
 			return nil
 		}
-		return b.raw.CreateSnapshot(ctx, p, img, names.Snap(req))
+		return raw.CreateSnapshot(ctx, p, img, names.Snap(req))
 	})
 }
 

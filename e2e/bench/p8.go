@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rbdcsi/rbdcsi/internal/rbd"
+	"github.com/rbdcsi/rbdcsi/internal/rbd/ceph"
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
@@ -52,13 +53,16 @@ func (b *bench) runP8(ctx context.Context) error {
 	b.logf("P8 both pools empty: %.1f vs %.1f creates/s, %.1f vs %.1f deletes/s (ratios %.2f, %.2f); RSS %.1f MiB",
 		warm.CreateFull, warm.CreateEmpty, warm.DeleteFull, warm.DeleteEmpty, warm.CreateRatio, warm.DeleteRatio, mem0.rssMiB())
 
+	conns := ceph.NewConns(ceph.DefaultOptions())
+	defer conns.Close()
+	raw := ceph.NewBackend(conns, ceph.BackendOptions{})
 	lists := map[string]listing{}
 	for _, at := range []int{small, fill} {
 		have := 0
 		if at == fill {
 			have = small
 		}
-		took, err := b.fillPool(ctx, p, have, at)
+		took, err := b.fillPool(ctx, raw, p, have, at)
 		if err != nil {
 			return fmt.Errorf("P8 fill: %w", err)
 		}
