@@ -135,8 +135,12 @@ func (n *Node) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHe
 	}
 	if m, err := n.mapperFor(rec.Mounter); err == nil {
 		list, err := m.List(ctx)
-		if mp, ok := mapper.Find(list, rec.Image); err == nil && (!ok || mp.Device != rec.Device) {
+		mp, ok := mapper.Find(list, rec.Image)
+		if err == nil && (!ok || mp.Device != rec.Device) {
 			bad("MappingLost", "the image is no longer mapped to "+rec.Device)
+		} else if err == nil && n.clientBlocklisted(ctx, rec, mp.ClientAddr) {
+			bad("ClientBlocklisted", "this node's kernel client "+mp.ClientAddr+" that maps the volume is blocklisted (fenced, as when the volume was force-detached from this node): "+
+				"its I/O fails, and the driver does not map it anew behind the fence; restart the pod to unstage the volume and stage it again once the fence is lifted ("+healthDoc+")")
 		}
 	}
 	if !rec.Cap.Block {
@@ -217,4 +221,24 @@ func (n *Node) deviceSizeHealth(ctx context.Context, health *csi.VolumeHealth, r
 		Message: fmt.Sprintf("the image was expanded to %d bytes and its device %s on this node has %d: while an expansion is under way the kubelet's NodeExpandVolume refreshes it; if this lasts, restart the pod to stage the volume anew (%s)",
 			info.Size, rec.Device, size, healthDoc),
 	})
+}
+
+// clientBlocklisted asks the cluster, as the node's own user, whether a
+// krbd mapping's kernel client is blocklisted; it cannot tell for the
+// other mappers (no address), without the node's user, or when the
+// cluster does not answer, and then says no.
+func (n *Node) clientBlocklisted(ctx context.Context, rec *record, addr string) bool {
+	if addr == "" || n.blocklist == nil || n.cred == nil || n.clusters == nil {
+		return false
+	}
+	cl, err := n.clusters.Lookup(rec.Image.ClusterID)
+	if err != nil {
+		return false
+	}
+	barred, err := n.blocklist.Blocklisted(ctx, cl.MonHost(), *n.cred, addr)
+	if err != nil {
+		klog.V(2).InfoS("reading the blocklist for the volume's health", "volumeID", rec.VolumeID, "err", err)
+		return false
+	}
+	return barred
 }

@@ -23,6 +23,12 @@ type Pools interface {
 	PoolHealth(ctx context.Context, p rbd.Pool) (rbd.PoolHealth, error)
 }
 
+// Blocklist reads the cluster's OSD blocklist: whether the client
+// instance at addr ("ip:port/nonce") is barred.
+type Blocklist interface {
+	Blocklisted(ctx context.Context, monHost string, cred cluster.Credentials, addr string) (bool, error)
+}
+
 // storageProbeTimeout bounds each cluster's answer: the monitors answer
 // an osd dump in milliseconds.
 const storageProbeTimeout = 10 * time.Second
