@@ -30,6 +30,7 @@ const (
 	ReasonPoolMissing      = "PoolMissing"
 	ReasonPoolFull         = "PoolFull"
 	ReasonPoolNearFull     = "PoolNearFull"
+	ReasonPGsInactive      = "PlacementGroupsInactive"
 	ReasonNodeFenced       = "NodeFenced"
 	ReasonMirrorSplitBrain = "MirrorSplitBrain"
 	ReasonMirrorError      = "MirrorError"
@@ -165,6 +166,12 @@ func (h *healthCheck) volume(ctx context.Context, pool rbd.Pool, vol volid.Volum
 		add(csi.VolumeHealthErrorType_DEGRADED, ReasonPoolNearFull, "an OSD that pool %s maps to is nearly full: once it is full, writes to the volume wait (ceph health detail)", pool.Name)
 	}
 
+	if ph.InactivePGs > 0 {
+		// Reading the image would wait on those placement groups too.
+		add(csi.VolumeHealthErrorType_INACCESSIBLE, ReasonPGsInactive, "%d placement groups of pool %s have been inactive for over a minute (state %s): reads and writes of the volume's data in them wait until Ceph makes them active again (ceph health detail)",
+			ph.InactivePGs, pool.Name, ph.InactiveState)
+		return health, false, nil
+	}
 	info, err := h.c.backend.Stat(ctx, pool, vol.Image)
 	switch {
 	case errors.Is(err, rbd.ErrPoolNotFound):

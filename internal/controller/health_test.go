@@ -59,6 +59,10 @@ func TestVolumeHealthReportsPoolAndImageFaults(t *testing.T) {
 	e.ceph.SetFull(poolName, false)
 	e.ceph.SetNearFull(poolName, false)
 	wantConditions(t, c.health(t, vol))
+	e.ceph.SetInactivePGs(poolName, 8)
+	wantConditions(t, c.health(t, vol), "INACCESSIBLE PlacementGroupsInactive")
+	e.ceph.SetInactivePGs(poolName, 0)
+	wantConditions(t, c.health(t, vol))
 
 	must(t, c.ceph.RemoveImage(ctx(t), e.pool, imageOf(t, vol)), "removing the image behind the driver")
 	wantConditions(t, c.health(t, vol), "INACCESSIBLE ImageMissing")
