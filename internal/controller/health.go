@@ -42,8 +42,8 @@ const (
 // nothing is. A Ceph that does not answer is an error, not a condition:
 // the controller cannot tell the volume's state from its own link's.
 func (c *Controller) ControllerGetVolumeHealth(ctx context.Context, req *csi.ControllerGetVolumeHealthRequest) (*csi.ControllerGetVolumeHealthResponse, error) {
-	if c.cred == nil {
-		return nil, status.Error(codes.Unimplemented, "ControllerGetVolumeHealth needs controller credentials (--controller-secret-dir)")
+	if c.cred == nil && len(req.GetSecrets()) == 0 {
+		return nil, status.Error(codes.Unimplemented, "ControllerGetVolumeHealth needs controller credentials (--controller-secret-dir) or secrets in the call")
 	}
 	id := req.GetVolumeId()
 	if id == "" {
@@ -74,6 +74,7 @@ func (c *Controller) ControllerGetVolumeHealth(ctx context.Context, req *csi.Con
 // The pool flags and the fence records are read once per call.
 func (c *Controller) ControllerListVolumeHealth(ctx context.Context, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
 	if c.cred == nil {
+		// It lists every pool the controller's own user can read.
 		return nil, status.Error(codes.Unimplemented, "ControllerListVolumeHealth needs controller credentials (--controller-secret-dir)")
 	}
 	if req.GetMaxEntries() < 0 {
