@@ -4,8 +4,9 @@
 // in controller mode with its csi-addons socket, and every step of the
 // runbook in docs/disaster-recovery.md goes through the CSI controller
 // and the csi-addons replication service, as the csi-addons controller
-// would call them. Data is written and read as admin through librbd; no
-// node maps anything.
+// would call them. Data is written and read as admin through librbd; the
+// tests of what a copy holds (content_test.go) also stage volumes through
+// node plugins of each site (the rbd-fuse mapper).
 package dr
 
 import (
