@@ -109,7 +109,7 @@ func (c *Controller) ListVolumes(ctx context.Context, req *csi.ListVolumesReques
 		}
 		resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{
 			Volume: &csi.Volume{VolumeId: vol.String(), CapacityBytes: int64(info.Size)},
-			Status: &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: attach.Nodes(info.Metadata)},
+			Status: &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: attach.Nodes(info.Metadata, info.ID)},
 		})
 	}
 	return resp, nil
@@ -205,6 +205,6 @@ func (c *Controller) ControllerGetVolume(ctx context.Context, req *csi.Controlle
 	}
 	return &csi.ControllerGetVolumeResponse{
 		Volume: &csi.Volume{VolumeId: id, CapacityBytes: int64(info.Size)},
-		Status: &csi.ControllerGetVolumeResponse_VolumeStatus{PublishedNodeIds: attach.Nodes(info.Metadata)},
+		Status: &csi.ControllerGetVolumeResponse_VolumeStatus{PublishedNodeIds: attach.Nodes(info.Metadata, info.ID)},
 	}, nil
 }
