@@ -265,7 +265,8 @@ func (s *site) parent(t *testing.T, image string) string {
 // the site's cluster map, as a node user of its own.
 func (s *site) startNode(t *testing.T, extra ...string) csi.NodeClient {
 	dir := t.TempDir()
-	secrets, _, _ := s.c.NodeSecretDir(t, "rbdcsi-dr-node-"+s.name)
+	// A user per test: parallel tests must not remove each other's.
+	secrets, _, _ := s.c.NodeSecretDir(t, "rbdcsi-dr-"+strings.ToLower(strings.TrimPrefix(t.Name(), "Test"))+"-"+s.name)
 	args := []string{"--mode", "node", "--nodeid", "dr-node-" + s.name, "--default-mounter", "fuse",
 		"--state-dir", filepath.Join(dir, "state"), "--node-secret-dir", secrets, "--v", "4"}
 	p := harness.StartPlugin(t, s.c, append(args, extra...)...)

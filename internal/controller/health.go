@@ -201,8 +201,8 @@ func (h *healthCheck) volume(ctx context.Context, pool rbd.Pool, vol volid.Volum
 }
 
 // mirror adds the conditions rbd-mirror reports of a mirrored image: a
-// split-brain (the copies diverged; only a resync asked for with force
-// repairs it), an error, or a daemon that stopped reporting. States that
+// split-brain (a peer's copy is primary too, or the copies diverged; only
+// a resync asked for with force repairs it), an error, or a daemon that stopped reporting. States that
 // pass by themselves (starting or stopping a replay, a sync in progress)
 // are none.
 func (h *healthCheck) mirror(ctx context.Context, pool rbd.Pool, vol volid.Volume, add func(csi.VolumeHealthErrorType, string, string, ...any)) error {
@@ -221,8 +221,9 @@ func (h *healthCheck) mirror(ctx context.Context, pool rbd.Pool, vol volid.Volum
 		return cephStatus(fmt.Errorf("reading the mirror status of image %s: %w", vol.Image, err))
 	}
 	sites := append([]rbd.MirrorSiteStatus{st.Local}, st.Peers...)
+	secondPrimary := mi.Primary && slices.ContainsFunc(st.Peers, func(p rbd.MirrorSiteStatus) bool { return p.SecondPrimary(mi) })
 	switch {
-	case slices.ContainsFunc(sites, rbd.MirrorSiteStatus.SplitBrain):
+	case secondPrimary || slices.ContainsFunc(sites, rbd.MirrorSiteStatus.SplitBrain):
 		add(csi.VolumeHealthErrorType_DEGRADED, ReasonMirrorSplitBrain, "the copies of image %s on this site and its peer diverged (both were primary and written): rbd-mirror copies nothing until the copy to give up is resynced, which the driver does only when asked with force (VolumeReplication resync)", vol.Image)
 	case slices.ContainsFunc(sites, func(s rbd.MirrorSiteStatus) bool { return s.Up && s.State == rbd.SiteError }):
 		i := slices.IndexFunc(sites, func(s rbd.MirrorSiteStatus) bool { return s.Up && s.State == rbd.SiteError })
