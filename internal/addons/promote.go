@@ -112,7 +112,6 @@ func peerPulls(st rbd.MirrorStatus, m *rbd.MirrorInfo) bool {
 	return false
 }
 
-
 // peerStates lists what the peers last reported, for messages.
 func peerStates(st rbd.MirrorStatus) string {
 	if len(st.Peers) == 0 {
