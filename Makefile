@@ -70,7 +70,8 @@ integration: build
 # and 127.0.0.3, peered for RBD snapshot mirroring, an rbd-mirror daemon on
 # each (scripts/dr-cluster.sh, always torn down), and e2e/dr through the
 # plugin's CSI and csi-addons sockets: relocation, failover, failback,
-# refusals, the sweep beside a mirror copy. DR_FLAGS='-run TestRefusals'
+# refusals, the sweep beside a mirror copy, an encrypted volume, a
+# flattened clone and an attachment on each site. DR_FLAGS='-run TestRefusals'
 # picks tests. DR_SUITE=forky runs it all on Tentacle, in the cached forky
 # root as the Ceph matrix does (scripts/dr-cluster.sh suite); DR_FLAGS then
 # go to the test binary (-test.run=TestRefusals).

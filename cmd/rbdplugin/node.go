@@ -63,7 +63,7 @@ type nodeService struct {
 // topology and the CRUSH map, the node registry (fences, their lift, the
 // heartbeat) and the periodic fstrim.
 func startNode(ctx context.Context, f flags, w wiring) (*nodeService, error) {
-	nb := nodeBackend{images: w.backend, pools: w.backend, lifts: w.obs.lifts}
+	nb := nodeBackend{images: w.backend, pools: w.backend, blocklist: w.backend, lifts: w.obs.lifts}
 	reg, err := f.registry.nodeRegistry(w.clusters, w.backend)
 	if err != nil {
 		return nil, err
@@ -94,14 +94,15 @@ func startNode(ctx context.Context, f flags, w wiring) (*nodeService, error) {
 
 // nodeBackend is what the node reads and changes in Ceph: attachments
 // (fence) and its own fences' lift (unfence), both only with the node
-// registry, encrypted volumes' key records (images) and the pools' health
-// (pools); lifts counts the lifts.
+// registry, encrypted volumes' key records (images), the pools' health
+// (pools) and the blocklist (blocklist); lifts counts the lifts.
 type nodeBackend struct {
-	fence   node.Fence
-	unfence node.Unfence
-	lifts   node.LiftObserver
-	images  node.Images
-	pools   node.Pools
+	fence     node.Fence
+	unfence   node.Unfence
+	lifts     node.LiftObserver
+	images    node.Images
+	pools     node.Pools
+	blocklist node.Blocklist
 }
 
 // newNode builds the Node service and the health checks it adds to Probe.
@@ -181,6 +182,7 @@ func newNode(f flags, clusters *cluster.Map, backend nodeBackend, kmsConfig kms.
 		Crypt:                    luks.New(luks.Options{Runner: run, HeaderDir: headerDir}),
 		Images:                   backend.images,
 		Pools:                    backend.pools,
+		Blocklist:                backend.blocklist,
 		KMS:                      kmsConfig,
 		MkfsPrezeroed:            node.MkfsPrezeroed(context.Background(), command.ExecRunner{}),
 	})

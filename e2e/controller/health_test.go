@@ -1,10 +1,14 @@
 package controller
 
 import (
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/rbdcsi/rbdcsi/e2e/harness"
 )
@@ -39,4 +43,66 @@ func TestVolumeHealthOfAMissingImage(t *testing.T) {
 		t.Fatalf("rbd rm behind the driver: %v: %s", err, out)
 	}
 	wantHealth(t, e, v.VolumeId, "INACCESSIBLE ImageMissing")
+}
+
+// Placement groups stuck inactive under a volume (here: the pool asks for
+// more copies than the cluster has OSDs, so none can be active) are
+// reported once Ceph calls them stuck, without reading the image, which
+// would wait on them; the condition goes once they are active again.
+func TestVolumeHealthOfInactivePlacementGroups(t *testing.T) {
+	e := setup(t)
+	e.c.NeedsWholeCluster(t) // the pool's placement groups stop serving
+	v := e.mustCreate(t, "health-pgs", 4*mib)
+	get := func(what string) string {
+		out, err := e.c.Ceph("osd", "pool", "get", e.c.Pool, what)
+		harness.Must(t, err, "ceph osd pool get %s: %s", what, out)
+		_, val, _ := strings.Cut(strings.TrimSpace(out), ": ")
+		return val
+	}
+	size, minSize := get("size"), get("min_size")
+	osds, err := e.c.Ceph("osd", "ls")
+	harness.Must(t, err, "ceph osd ls: %s", osds)
+	more := strconv.Itoa(len(strings.Fields(osds)) + 1)
+	set := func(what, val string) {
+		if out, err := e.c.Ceph("osd", "pool", "set", e.c.Pool, what, val, "--yes-i-really-mean-it"); err != nil {
+			t.Errorf("ceph osd pool set %s %s: %v: %s", what, val, err, out)
+		}
+	}
+	// Ceph calls placement groups stuck after mon_pg_stuck_threshold
+	// (a minute); five seconds keep the test short.
+	if out, err := e.c.Ceph("config", "set", "global", "mon_pg_stuck_threshold", "5"); err != nil {
+		t.Fatalf("ceph config set: %v: %s", err, out)
+	}
+	restored := false
+	restore := func() {
+		if restored {
+			return
+		}
+		restored = true
+		set("min_size", minSize)
+		set("size", size)
+		_, _ = e.c.Ceph("config", "rm", "global", "mon_pg_stuck_threshold")
+		e.c.WaitHealth(t, "active placement groups", func(h string) bool { return !strings.Contains(h, "inactive") })
+	}
+	t.Cleanup(restore)
+	set("size", more)
+	set("min_size", more)
+
+	health := func() string {
+		resp, err := e.cc.ControllerGetVolumeHealth(harness.Ctx(t), &csi.ControllerGetVolumeHealthRequest{VolumeId: v.VolumeId})
+		if status.Code(err) == codes.Unavailable {
+			// Until Ceph calls them stuck, reading the image times out:
+			// an error of the call, not a condition.
+			return "unavailable"
+		}
+		harness.Must(t, err, "ControllerGetVolumeHealth")
+		var got []string
+		for _, h := range resp.GetVolumeHealth().GetHealthStatuses() {
+			got = append(got, h.GetStatus().String()+" "+h.GetReason())
+		}
+		return strings.Join(got, "; ")
+	}
+	waitWithin(t, "the inactive placement groups reported", 3*time.Minute, func() bool { return health() == "INACCESSIBLE PlacementGroupsInactive" })
+	restore()
+	waitWithin(t, "the condition gone", 3*time.Minute, func() bool { return health() == "" })
 }

@@ -64,9 +64,14 @@ func TestIdentityProbeAndShutdown(t *testing.T) {
 
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(100 * time.Millisecond) {
+	waitWithin(t, what, 10*time.Second, ok)
+}
+
+func waitWithin(t *testing.T, what string, d time.Duration, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !ok(); time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out after %v waiting for %s", d, what)
 		}
 	}
 }

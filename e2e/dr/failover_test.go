@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/csi-addons/spec/lib/go/replication"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -78,6 +79,20 @@ func TestFailoverAndFailback(t *testing.T) {
 				return false, err.Error()
 			}
 			return info.Status == replication.GetVolumeReplicationInfoResponse_ERROR && strings.Contains(info.StatusMessage, "split-brain"), info.String()
+		})
+		// The CSI volume health says so too (the external-health-monitor's
+		// event on the PVC).
+		eventually(t, "the split-brain in the volume health at "+s.name, time.Minute, func() (bool, string) {
+			resp, err := s.cc.ControllerGetVolumeHealth(ctx(t), &csi.ControllerGetVolumeHealthRequest{VolumeId: id, Secrets: s.secrets()})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, h := range resp.GetVolumeHealth().GetHealthStatuses() {
+				if h.GetReason() == "MirrorSplitBrain" && h.GetStatus() == csi.VolumeHealthErrorType_DEGRADED {
+					return true, ""
+				}
+			}
+			return false, resp.String()
 		})
 	}
 	if !a.primary(t, image) || a.imageID(t, image) != idA || a.sum(t, image) != unsynced {

@@ -4,8 +4,9 @@
 // in controller mode with its csi-addons socket, and every step of the
 // runbook in docs/disaster-recovery.md goes through the CSI controller
 // and the csi-addons replication service, as the csi-addons controller
-// would call them. Data is written and read as admin through librbd; no
-// node maps anything.
+// would call them. Data is written and read as admin through librbd; the
+// tests of what a copy holds (content_test.go) also stage volumes through
+// node plugins of each site (the rbd-fuse mapper).
 package dr
 
 import (
@@ -210,11 +211,19 @@ type mirrorStatus struct {
 }
 
 func (s *site) status(t *testing.T, image string) mirrorStatus {
-	out, err := s.c.RBD("mirror", "image", "status", "--format", "json", s.c.Pool+"/"+image)
+	st, err := s.statusErr(image)
 	harness.Must(t, err, "mirror status of %s on site %s", image, s.name)
-	var st mirrorStatus
-	harness.Must(t, json.Unmarshal([]byte(out), &st), "parsing %s", out)
 	return st
+}
+
+// statusErr is status, with its error.
+func (s *site) statusErr(image string) (mirrorStatus, error) {
+	var st mirrorStatus
+	out, err := s.c.RBD("mirror", "image", "status", "--format", "json", s.c.Pool+"/"+image)
+	if err == nil {
+		err = json.Unmarshal([]byte(out), &st)
+	}
+	return st, err
 }
 
 // primary reports whether the site's copy is primary (rbd info).
@@ -348,7 +357,12 @@ func (s *site) waitReplaying(t *testing.T, image string) {
 		if !s.has(image) {
 			return false, "no copy yet"
 		}
-		st := s.status(t, image)
+		// rbd-mirror creates the copy, then enables its mirroring: for a
+		// moment the copy is listed and its status is EINVAL.
+		st, err := s.statusErr(image)
+		if err != nil {
+			return false, err.Error()
+		}
 		return st.State == "up+replaying" && strings.Contains(st.Description, "local_snapshot_timestamp"), st.State + " " + st.Description
 	})
 }

@@ -120,3 +120,44 @@ func TestStorageHealth(t *testing.T) {
 		t.Fatalf("storage health %q, want the unreachable cluster alone", got)
 	}
 }
+
+// A krbd mapping whose kernel client is blocklisted (as a force detach
+// fences it) is reported INACCESSIBLE, found by asking the cluster as the
+// node's own user about the client the kernel names in sysfs. Nothing is
+// remapped.
+func TestBlocklistedClientHealth(t *testing.T) {
+	if mounter() != "krbd" {
+		t.Skipf("only the kernel names a mapping's client (/sys/bus/rbd/devices/N/client_addr); with %s the client is a librbd process", mounter())
+	}
+	e := setup(t)
+	c := blockCap(singleWriter)
+	v := e.createVolume("node-blocklisted", 16*mib, c)
+	e.stage(v, e.path("staging"), c)
+	if got := e.nodeHealth(v); len(got) != 0 {
+		t.Fatalf("a freshly staged volume reports %v", got)
+	}
+	image := v.VolumeId[strings.LastIndex(v.VolumeId, ":")+1:]
+	addr := ""
+	devs, _ := filepath.Glob("/sys/bus/rbd/devices/*/name")
+	for _, n := range devs {
+		if b, err := os.ReadFile(n); err == nil && strings.TrimSpace(string(b)) == image {
+			a, err := os.ReadFile(filepath.Join(filepath.Dir(n), "client_addr"))
+			harness.Must(t, err, "reading the mapping's client_addr")
+			addr = strings.TrimSpace(string(a))
+		}
+	}
+	if addr == "" {
+		t.Fatalf("no krbd device maps %s", image)
+	}
+	out, err := e.c.Ceph("osd", "blocklist", "add", addr, "600")
+	harness.Must(t, err, "blocklisting the kernel client: %s", out)
+	// Lifted before the unstage (registered later, it runs first).
+	t.Cleanup(func() {
+		if out, err := e.c.Ceph("osd", "blocklist", "rm", addr); err != nil {
+			t.Errorf("lifting the blocklist entry: %v: %s", err, out)
+		}
+	})
+	if got := strings.Join(e.nodeHealth(v), "; "); got != "INACCESSIBLE ClientBlocklisted" {
+		t.Fatalf("with the kernel client blocklisted: %q, want ClientBlocklisted", got)
+	}
+}

@@ -61,7 +61,7 @@ func health(st rbd.MirrorStatus, m *rbd.MirrorInfo) (replication.GetVolumeReplic
 	for _, p := range st.Peers {
 		site := "peer " + p.MirrorUUID
 		switch {
-		case secondPrimary(p, m):
+		case p.SecondPrimary(*m):
 			errs = append(errs, fmt.Sprintf("split-brain: the copy at %s is primary too (%s): demote the copy whose writes are to be given up, then resync it with force", site, reported(p)))
 		case p.ClaimsPrimary():
 			degraded = append(degraded, fmt.Sprintf("%s has not reported since this copy became primary (%s)", site, reported(p)))

@@ -105,19 +105,11 @@ func peerAlive(st rbd.MirrorStatus) bool {
 // peer's copy is primary too).
 func peerPulls(st rbd.MirrorStatus, m *rbd.MirrorInfo) bool {
 	for _, p := range st.Peers {
-		if secondPrimary(p, m) || (p.Up && p.State == rbd.SiteReplaying) {
+		if p.SecondPrimary(*m) || (p.Up && p.State == rbd.SiteReplaying) {
 			return true
 		}
 	}
 	return false
-}
-
-// secondPrimary: the peer's daemon, alive, says its copy is primary, in
-// a report written after this primary copy became primary. An older one
-// is stale: daemons report every so often, and right after a relocation
-// the old primary's last report still says it is primary.
-func secondPrimary(p rbd.MirrorSiteStatus, m *rbd.MirrorInfo) bool {
-	return p.ClaimsPrimary() && (m.PrimarySince.IsZero() || p.LastUpdate.After(m.PrimarySince))
 }
 
 // peerStates lists what the peers last reported, for messages.

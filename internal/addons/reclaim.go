@@ -51,7 +51,7 @@ func (r *Reclaim) ControllerReclaimSpace(ctx context.Context, req *reclaimspace.
 			return err
 		}
 		resp.PreUsage = pre
-		if nodes := attach.Nodes(v.fam.Metadata); len(nodes) > 0 || v.fam.Watchers > 0 {
+		if nodes := attach.Nodes(v.fam.Metadata, v.fam.ID); len(nodes) > 0 || v.fam.Watchers > 0 {
 			klog.V(2).InfoS("not sparsifying a volume in use; the node's reclaim trims it", "volumeID", v.id, "attachedTo", strings.Join(nodes, ","), "watchers", v.fam.Watchers)
 			resp.PostUsage = pre
 			return nil

@@ -14,6 +14,19 @@ import (
 
 // MetaPrefix + node ID records an attachment in the image metadata:
 // Ceph itself knows where each volume is attached.
+//
+// A record names the RBD image ID it was written on (Value): it holds
+// only on that image. Image metadata travels where the image's data goes:
+// rbd-mirror copies it to the peer site's copy (another image ID, in
+// another cluster), and librbd copies it into clones. A record that came
+// that way names another image: the node it names is a node of the other
+// site (or of the parent), which has nothing attached here, and it must
+// not keep this site from attaching the promoted copy, nor from deleting
+// it. The image ID is what tells them apart: the mirror global ID is the
+// same on every site and the cluster is not in the metadata, while the
+// image ID is this copy's own, drawn by this cluster. Records written
+// before the image ID was part of them (no "@") count as this image's,
+// as they did.
 const MetaPrefix = "rbdcsi.attach/"
 
 // PublishContextNode is the publish_context key naming the node the volume
@@ -34,21 +47,36 @@ func (a Record) String() string {
 	return rw + ":" + a.Mode.String()
 }
 
-func parse(s string) (Record, bool) {
+// Value is the record as stored on the image with RBD ID imageID.
+func (a Record) Value(imageID string) string {
+	if imageID == "" {
+		return a.String()
+	}
+	return a.String() + "@" + imageID
+}
+
+// parse reads a record's value, and the image ID it names ("" for one
+// written before records named it).
+func parse(s string) (Record, string, bool) {
+	s, imageID, tagged := strings.Cut(s, "@")
+	if tagged && imageID == "" {
+		return Record{}, "", false
+	}
 	rw, mode, ok := strings.Cut(s, ":")
 	m, known := csi.VolumeCapability_AccessMode_Mode_value[mode]
 	if !ok || !known || (rw != "rw" && rw != "ro") {
-		return Record{}, false
+		return Record{}, "", false
 	}
-	return Record{Mode: csi.VolumeCapability_AccessMode_Mode(m), ReadOnly: rw == "ro"}, true
+	return Record{Mode: csi.VolumeCapability_AccessMode_Mode(m), ReadOnly: rw == "ro"}, imageID, true
 }
 
-// Records reads the attachment records from image metadata.
-func Records(meta map[string]string) map[string]Record {
+// Records reads the attachment records of the image with RBD ID imageID
+// from its metadata, leaving out those written on another image (MetaPrefix).
+func Records(meta map[string]string, imageID string) map[string]Record {
 	out := map[string]Record{}
 	for k, v := range meta {
 		if node, ok := strings.CutPrefix(k, MetaPrefix); ok {
-			if a, ok := parse(v); ok {
+			if a, on, ok := parse(v); ok && (on == "" || on == imageID) {
 				out[node] = a
 			}
 		}
@@ -56,10 +84,11 @@ func Records(meta map[string]string) map[string]Record {
 	return out
 }
 
-// Nodes lists the attached nodes, sorted.
-func Nodes(meta map[string]string) []string {
+// Nodes lists the nodes the image with RBD ID imageID is attached to,
+// sorted.
+func Nodes(meta map[string]string, imageID string) []string {
 	var nodes []string
-	for n := range Records(meta) {
+	for n := range Records(meta, imageID) {
 		nodes = append(nodes, n)
 	}
 	sort.Strings(nodes)

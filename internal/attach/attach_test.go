@@ -1,6 +1,7 @@
 package attach
 
 import (
+	"maps"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -44,17 +45,59 @@ func TestConflict(t *testing.T) {
 
 func TestAttachmentRecords(t *testing.T) {
 	meta := map[string]string{
-		MetaPrefix + "node-a": Record{Mode: snw}.String(),
-		MetaPrefix + "node-b": Record{Mode: mnro, ReadOnly: true}.String(),
+		MetaPrefix + "node-a": Record{Mode: snw}.Value("1234abcd"),
+		MetaPrefix + "node-b": Record{Mode: mnro, ReadOnly: true}.String(), // before records named their image
 		MetaPrefix + "node-c": "garbage",
+		MetaPrefix + "node-d": "rw:SINGLE_NODE_WRITER@",
 		"rbdcsi.name":         "pvc-1",
 	}
-	got := Records(meta)
+	got := Records(meta, "1234abcd")
 	if len(got) != 2 || got["node-a"].Mode != snw || !got["node-b"].ReadOnly {
 		t.Fatalf("attachments = %+v", got)
 	}
-	if nodes := Nodes(meta); len(nodes) != 2 || nodes[0] != "node-a" {
+	if nodes := Nodes(meta, "1234abcd"); len(nodes) != 2 || nodes[0] != "node-a" {
 		t.Fatalf("attachedNodes = %v", nodes)
+	}
+}
+
+// A record written on another image (the peer site's copy, which
+// rbd-mirror copied the metadata from, or a clone's parent) holds only
+// there; here it attaches nothing and blocks no attachment.
+func TestRecordsOfAnotherImage(t *testing.T) {
+	onA := map[string]string{MetaPrefix + "node-of-a": Record{Mode: snw}.Value("a0a0a0")}
+	if got := Records(onA, "a0a0a0"); len(got) != 1 {
+		t.Fatalf("on the image it was written on: %v", got)
+	}
+	onB := maps.Clone(onA) // the mirror copy's metadata, as rbd-mirror copies it
+	if got := Records(onB, "b1b1b1"); len(got) != 0 {
+		t.Fatalf("the peer's record counts on the copy: %v", got)
+	}
+	if nodes := Nodes(onB, "b1b1b1"); len(nodes) != 0 {
+		t.Fatalf("the copy is attached to %v", nodes)
+	}
+	if why := Conflict("node-of-b", Record{Mode: snw}, false, Records(onB, "b1b1b1")); why != "" {
+		t.Fatalf("the peer's record blocks an attachment on the copy: %s", why)
+	}
+	// The same node name on both sites: B's own record replaces A's.
+	onB[MetaPrefix+"node-of-a"] = Record{Mode: snw}.Value("b1b1b1")
+	if got := Records(onB, "b1b1b1"); len(got) != 1 {
+		t.Fatalf("B's own record: %v", got)
+	}
+}
+
+func TestRecordValue(t *testing.T) {
+	r := Record{Mode: mnro, ReadOnly: true}
+	if got := r.Value("10ab"); got != "ro:MULTI_NODE_READER_ONLY@10ab" {
+		t.Fatalf("Value = %q", got)
+	}
+	if got := r.Value(""); got != r.String() {
+		t.Fatalf("Value without an image ID = %q", got)
+	}
+	for _, v := range []string{r.Value("10ab"), r.String()} {
+		back, _, ok := parse(v)
+		if !ok || back != r {
+			t.Fatalf("parse(%q) = %v, %v", v, back, ok)
+		}
 	}
 }
 

@@ -85,7 +85,7 @@ func (c *Controller) attachedTo(ctx context.Context, id, node string) bool {
 	if err != nil {
 		return !errors.Is(err, rbd.ErrNotFound)
 	}
-	_, ok := attach.Records(info.Metadata)[node]
+	_, ok := attach.Records(info.Metadata, info.ID)[node]
 	return ok
 }
 

@@ -80,7 +80,7 @@ func (f *fenceEnv) attachedTo(t *testing.T, vol string) []string {
 	t.Helper()
 	info, err := f.ceph.Stat(ctx(t), f.pool, imageOf(t, vol))
 	must(t, err, "Stat")
-	return attach.Nodes(info.Metadata)
+	return attach.Nodes(info.Metadata, info.ID)
 }
 
 // A detach from a node that still maps a single-node writer's image (a
@@ -163,6 +163,49 @@ func TestDetachWithoutMappingFencesNothing(t *testing.T) {
 	}
 	if len(f.up.fences) != 0 {
 		t.Fatalf("fences counted: %v", f.up.fences)
+	}
+}
+
+// Attachment records name the image they were written on: rbd-mirror
+// copies a volume's metadata to the peer site's copy (another image ID),
+// and the records of the peer's nodes that came that way attach nothing
+// here. They neither block a node of this site, nor show as published,
+// nor are they fenced or removed by a detach here; the record written
+// here names this image.
+func TestRecordsOfAnotherImageAttachNothing(t *testing.T) {
+	f := newFenceEnv(t, controller.Options{})
+	v := f.c.mustCreate(t, "vol", nil)
+	rwo := accessCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, false)
+	peers := attach.Record{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}.Value("0a1b2c3d")
+	must(t, f.ceph.SetMetadata(ctx(t), f.pool, imageOf(t, v), map[string]string{attach.MetaPrefix + "node-a": peers}), "the peer's record")
+
+	f.publish(t, v, "node-b", rwo, false)
+	if got := f.attachedTo(t, v); len(got) != 1 || got[0] != "node-b" {
+		t.Fatalf("attached to %v, want [node-b]", got)
+	}
+	info, err := f.ceph.Stat(ctx(t), f.pool, imageOf(t, v))
+	must(t, err, "Stat")
+	if got, want := info.Metadata[attach.MetaPrefix+"node-b"], "rw:SINGLE_NODE_WRITER@"+info.ID; info.ID == "" || got != want {
+		t.Fatalf("the record written here is %q, want %q", got, want)
+	}
+	must(t, f.unpublish(t, v, "node-b"), "detach node-b")
+	info, err = f.ceph.Stat(ctx(t), f.pool, imageOf(t, v))
+	must(t, err, "Stat")
+	if info.Metadata[attach.MetaPrefix+"node-a"] != peers {
+		t.Fatal("a detach here changed the peer's record")
+	}
+	// node-a is a node of this site too, named as the peer's node is:
+	// its record here replaces the peer's, and goes with its detach.
+	f.publish(t, v, "node-a", rwo, false)
+	if got := f.attachedTo(t, v); len(got) != 1 || got[0] != "node-a" {
+		t.Fatalf("attached to %v, want [node-a]", got)
+	}
+	must(t, f.unpublish(t, v, "node-a"), "detach node-a")
+	if got := f.attachedTo(t, v); len(got) != 0 {
+		t.Fatalf("attached to %v after the detaches", got)
+	}
+	if bl := f.ceph.Blocklisted(); len(bl) != 0 {
+		t.Fatalf("blocklisted %v", bl)
 	}
 }
 

@@ -30,6 +30,7 @@ const (
 	ReasonPoolMissing      = "PoolMissing"
 	ReasonPoolFull         = "PoolFull"
 	ReasonPoolNearFull     = "PoolNearFull"
+	ReasonPGsInactive      = "PlacementGroupsInactive"
 	ReasonNodeFenced       = "NodeFenced"
 	ReasonMirrorSplitBrain = "MirrorSplitBrain"
 	ReasonMirrorError      = "MirrorError"
@@ -41,8 +42,8 @@ const (
 // nothing is. A Ceph that does not answer is an error, not a condition:
 // the controller cannot tell the volume's state from its own link's.
 func (c *Controller) ControllerGetVolumeHealth(ctx context.Context, req *csi.ControllerGetVolumeHealthRequest) (*csi.ControllerGetVolumeHealthResponse, error) {
-	if c.cred == nil {
-		return nil, status.Error(codes.Unimplemented, "ControllerGetVolumeHealth needs controller credentials (--controller-secret-dir)")
+	if c.cred == nil && len(req.GetSecrets()) == 0 {
+		return nil, status.Error(codes.Unimplemented, "ControllerGetVolumeHealth needs controller credentials (--controller-secret-dir) or secrets in the call")
 	}
 	id := req.GetVolumeId()
 	if id == "" {
@@ -73,6 +74,7 @@ func (c *Controller) ControllerGetVolumeHealth(ctx context.Context, req *csi.Con
 // The pool flags and the fence records are read once per call.
 func (c *Controller) ControllerListVolumeHealth(ctx context.Context, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
 	if c.cred == nil {
+		// It lists every pool the controller's own user can read.
 		return nil, status.Error(codes.Unimplemented, "ControllerListVolumeHealth needs controller credentials (--controller-secret-dir)")
 	}
 	if req.GetMaxEntries() < 0 {
@@ -165,6 +167,12 @@ func (h *healthCheck) volume(ctx context.Context, pool rbd.Pool, vol volid.Volum
 		add(csi.VolumeHealthErrorType_DEGRADED, ReasonPoolNearFull, "an OSD that pool %s maps to is nearly full: once it is full, writes to the volume wait (ceph health detail)", pool.Name)
 	}
 
+	if ph.InactivePGs > 0 {
+		// Reading the image would wait on those placement groups too.
+		add(csi.VolumeHealthErrorType_INACCESSIBLE, ReasonPGsInactive, "%d placement groups of pool %s have been inactive for over a minute (state %s): reads and writes of the volume's data in them wait until Ceph makes them active again (ceph health detail)",
+			ph.InactivePGs, pool.Name, ph.InactiveState)
+		return health, false, nil
+	}
 	info, err := h.c.backend.Stat(ctx, pool, vol.Image)
 	switch {
 	case errors.Is(err, rbd.ErrPoolNotFound):
@@ -193,8 +201,8 @@ func (h *healthCheck) volume(ctx context.Context, pool rbd.Pool, vol volid.Volum
 }
 
 // mirror adds the conditions rbd-mirror reports of a mirrored image: a
-// split-brain (the copies diverged; only a resync asked for with force
-// repairs it), an error, or a daemon that stopped reporting. States that
+// split-brain (a peer's copy is primary too, or the copies diverged; only
+// a resync asked for with force repairs it), an error, or a daemon that stopped reporting. States that
 // pass by themselves (starting or stopping a replay, a sync in progress)
 // are none.
 func (h *healthCheck) mirror(ctx context.Context, pool rbd.Pool, vol volid.Volume, add func(csi.VolumeHealthErrorType, string, string, ...any)) error {
@@ -213,8 +221,9 @@ func (h *healthCheck) mirror(ctx context.Context, pool rbd.Pool, vol volid.Volum
 		return cephStatus(fmt.Errorf("reading the mirror status of image %s: %w", vol.Image, err))
 	}
 	sites := append([]rbd.MirrorSiteStatus{st.Local}, st.Peers...)
+	secondPrimary := mi.Primary && slices.ContainsFunc(st.Peers, func(p rbd.MirrorSiteStatus) bool { return p.SecondPrimary(mi) })
 	switch {
-	case slices.ContainsFunc(sites, rbd.MirrorSiteStatus.SplitBrain):
+	case secondPrimary || slices.ContainsFunc(sites, rbd.MirrorSiteStatus.SplitBrain):
 		add(csi.VolumeHealthErrorType_DEGRADED, ReasonMirrorSplitBrain, "the copies of image %s on this site and its peer diverged (both were primary and written): rbd-mirror copies nothing until the copy to give up is resynced, which the driver does only when asked with force (VolumeReplication resync)", vol.Image)
 	case slices.ContainsFunc(sites, func(s rbd.MirrorSiteStatus) bool { return s.Up && s.State == rbd.SiteError }):
 		i := slices.IndexFunc(sites, func(s rbd.MirrorSiteStatus) bool { return s.Up && s.State == rbd.SiteError })

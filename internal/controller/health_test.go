@@ -59,6 +59,10 @@ func TestVolumeHealthReportsPoolAndImageFaults(t *testing.T) {
 	e.ceph.SetFull(poolName, false)
 	e.ceph.SetNearFull(poolName, false)
 	wantConditions(t, c.health(t, vol))
+	e.ceph.SetInactivePGs(poolName, 8)
+	wantConditions(t, c.health(t, vol), "INACCESSIBLE PlacementGroupsInactive")
+	e.ceph.SetInactivePGs(poolName, 0)
+	wantConditions(t, c.health(t, vol))
 
 	must(t, c.ceph.RemoveImage(ctx(t), e.pool, imageOf(t, vol)), "removing the image behind the driver")
 	wantConditions(t, c.health(t, vol), "INACCESSIBLE ImageMissing")
@@ -103,6 +107,9 @@ func TestVolumeHealthReportsMirroring(t *testing.T) {
 		{peer(rbd.SiteStartingReplay, "starting replay", true), nil},
 		{peer(rbd.SiteReplaying, "replaying", true), nil},
 		{peer(rbd.SiteError, "split-brain", true), []string{"DEGRADED MirrorSplitBrain"}},
+		// The peer's copy was promoted too (a failover), and its daemon
+		// says so after this copy became primary.
+		{peer(rbd.SiteStopped, "local image is primary", true), []string{"DEGRADED MirrorSplitBrain"}},
 		{peer(rbd.SiteError, "failed to open local image", true), []string{"DEGRADED MirrorError"}},
 		{peer(rbd.SiteReplaying, "replaying", false), []string{"DEGRADED MirrorNotSyncing"}},
 	} {

@@ -121,7 +121,7 @@ func (c *Controller) ListVolumes(ctx context.Context, req *csi.ListVolumesReques
 			}
 			entries[i] = &csi.ListVolumesResponse_Entry{
 				Volume: &csi.Volume{VolumeId: vol.String(), CapacityBytes: int64(info.Size)},
-				Status: &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: attach.Nodes(info.Metadata)},
+				Status: &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: attach.Nodes(info.Metadata, info.ID)},
 			}
 			return nil
 		})
@@ -276,6 +276,6 @@ func (c *Controller) ControllerGetVolume(ctx context.Context, req *csi.Controlle
 	}
 	return &csi.ControllerGetVolumeResponse{
 		Volume: &csi.Volume{VolumeId: id, CapacityBytes: int64(info.Size)},
-		Status: &csi.ControllerGetVolumeResponse_VolumeStatus{PublishedNodeIds: attach.Nodes(info.Metadata)},
+		Status: &csi.ControllerGetVolumeResponse_VolumeStatus{PublishedNodeIds: attach.Nodes(info.Metadata, info.ID)},
 	}, nil
 }

@@ -61,7 +61,7 @@ func (c *Controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 	}
 	mode := req.GetVolumeCapability().GetAccessMode().GetMode()
 	want := attach.Record{Mode: mode, ReadOnly: req.GetReadonly() || mode == csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY || mode == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY}
-	existing := attach.Records(info.Metadata)
+	existing := attach.Records(info.Metadata, info.ID)
 	resp := &csi.ControllerPublishVolumeResponse{PublishContext: map[string]string{attach.PublishContextNode: node}}
 	// krbd ignores librbd's QoS limits: the node sets them in the pod's
 	// cgroup from here.
@@ -82,7 +82,7 @@ func (c *Controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 		return nil, err
 	}
 	defer releaseSlot()
-	if err := c.backend.SetMetadata(ctx, pool, vol.Image, map[string]string{attach.MetaPrefix + node: want.String()}); err != nil {
+	if err := c.backend.SetMetadata(ctx, pool, vol.Image, map[string]string{attach.MetaPrefix + node: want.Value(info.ID)}); err != nil {
 		// A write Ceph refused or failed is no attachment: its index entry
 		// goes too, with the controller's own credentials. One that timed
 		// out may have landed, and keeps it (pruneStale drops it if not).
@@ -130,7 +130,7 @@ func (c *Controller) ControllerUnpublishVolume(ctx context.Context, req *csi.Con
 		return nil, err
 	default:
 		var keys []string
-		for n, rec := range attach.Records(info.Metadata) {
+		for n, rec := range attach.Records(info.Metadata, info.ID) {
 			if node == "" { // no node: detach from all
 				nodes = append(nodes, n)
 			}

@@ -43,7 +43,7 @@ func (c *Controller) removeVolume(ctx context.Context, pool rbd.Pool, vol volid.
 		// primary goes or stops mirroring.
 		return status.Errorf(codes.FailedPrecondition, "volume %s is a non-primary mirror copy: delete it at its primary site (rbd-mirror then removes this copy), disable its replication there, or promote this copy first", vol)
 	}
-	if nodes := attach.Nodes(fam.Metadata); len(nodes) > 0 {
+	if nodes := attach.Nodes(fam.Metadata, fam.ID); len(nodes) > 0 {
 		return status.Errorf(codes.FailedPrecondition, "volume %s is attached to node(s) %v; detach it first", vol, nodes)
 	}
 	if fam.Watchers > 0 {

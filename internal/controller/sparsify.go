@@ -33,7 +33,7 @@ func (c *Controller) requestSparsify(ctx context.Context, pool rbd.Pool, vol vol
 	if c.names.Volume(vol.Image, fam.Metadata).Sparsified == request {
 		return nil
 	}
-	if nodes := attach.Nodes(fam.Metadata); len(nodes) > 0 {
+	if nodes := attach.Nodes(fam.Metadata, fam.ID); len(nodes) > 0 {
 		return status.Errorf(codes.FailedPrecondition, "volume %s is attached to %s: %s %q runs on a detached volume only (stop its pods), since it would take the image's lock from the node at every object", vol, strings.Join(nodes, ", "), config.ParamSparsify, request)
 	}
 	if fam.Watchers > 0 {

@@ -49,9 +49,12 @@ func listKRBD(sysRoot string) ([]Mapped, error) {
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("krbd list: %w", err)
 		}
+		// client_addr came with Linux 5.0.
+		addr, _ := readAttrs(filepath.Join(dir, e.Name()), "client_addr")
 		list = append(list, Mapped{
-			Image:  Image{Pool: attrs["pool"], Namespace: ns["pool_ns"], Name: attrs["name"]},
-			Device: "/dev/rbd" + e.Name(),
+			Image:      Image{Pool: attrs["pool"], Namespace: ns["pool_ns"], Name: attrs["name"]},
+			Device:     "/dev/rbd" + e.Name(),
+			ClientAddr: addr["client_addr"],
 		})
 	}
 	return list, nil

@@ -33,6 +33,10 @@ func TestListKRBD(t *testing.T) {
 	}
 	krbdDevice(t, root, "0", "rbd", "", "csi-vol-a", "-")
 	krbdDevice(t, root, "3", "rbd-ec", "tenant-1", "csi-vol-b", "-")
+	// Linux 5.0 and later name the kernel client.
+	if err := os.WriteFile(filepath.Join(root, krbdDevices, "3", "client_addr"), []byte("10.0.0.5:0/2216461344\n"), 0o444); err != nil {
+		t.Fatal(err)
+	}
 	krbdDevice(t, root, "4", "rbd", "", "csi-vol-a", "snap-1") // a snapshot mapping: not ours
 	// Half gone: the device was unmapped while listed.
 	if err := os.MkdirAll(filepath.Join(root, krbdDevices, "7"), 0o755); err != nil {
@@ -47,7 +51,7 @@ func TestListKRBD(t *testing.T) {
 	}
 	want := []Mapped{
 		{Image: Image{Pool: "rbd", Name: "csi-vol-a"}, Device: "/dev/rbd0"},
-		{Image: Image{Pool: "rbd-ec", Namespace: "tenant-1", Name: "csi-vol-b"}, Device: "/dev/rbd3"},
+		{Image: Image{Pool: "rbd-ec", Namespace: "tenant-1", Name: "csi-vol-b"}, Device: "/dev/rbd3", ClientAddr: "10.0.0.5:0/2216461344"},
 	}
 	if !slices.Equal(list, want) {
 		t.Errorf("listKRBD:\n got %+v\nwant %+v", list, want)

@@ -106,6 +106,10 @@ type UnmapRequest struct {
 type Mapped struct {
 	Image  Image
 	Device string
+	// ClientAddr is a krbd mapping's kernel client as the OSDs see it
+	// ("ip:port/nonce", what a blocklist entry names); "" for the other
+	// mappers, and on kernels without the attribute.
+	ClientAddr string
 }
 
 // Mapper maps images to block devices. Every method is idempotent and

@@ -35,8 +35,8 @@ func (n *Node) checkAttached(ctx context.Context, vol volid.Volume, cl cluster.C
 	if err != nil {
 		return readStatus(vol, "the attachments", err)
 	}
-	if _, ok := attach.Records(info.Metadata)[n.id]; !ok {
-		return status.Errorf(codes.FailedPrecondition, "volume %s is not attached to node %s (attached to: %v); refusing to map it here", vol, n.id, attach.Nodes(info.Metadata))
+	if _, ok := attach.Records(info.Metadata, info.ID)[n.id]; !ok {
+		return status.Errorf(codes.FailedPrecondition, "volume %s is not attached to node %s (attached to: %v); refusing to map it here", vol, n.id, attach.Nodes(info.Metadata, info.ID))
 	}
 	return nil
 }

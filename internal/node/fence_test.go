@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -15,14 +16,17 @@ import (
 	"github.com/rbdcsi/rbdcsi/internal/volid"
 )
 
-// stubFence answers Stat with fixed metadata or a fixed error.
+// stubFence answers Stat with fixed metadata (of the image with RBD ID
+// stubImageID) or a fixed error.
 type stubFence struct {
 	meta map[string]string
 	err  error
 }
 
+const stubImageID = "10b2c3d4"
+
 func (f stubFence) Stat(context.Context, rbd.Pool, string) (rbd.ImageInfo, error) {
-	return rbd.ImageInfo{Metadata: f.meta}, f.err
+	return rbd.ImageInfo{ID: stubImageID, Metadata: f.meta}, f.err
 }
 
 func TestCheckAttached(t *testing.T) {
@@ -32,6 +36,11 @@ func TestCheckAttached(t *testing.T) {
 	}
 	ours := map[string]string{attach.MetaPrefix + "n1": "rw:SINGLE_NODE_WRITER"}
 	other := map[string]string{attach.MetaPrefix + "n2": "rw:SINGLE_NODE_WRITER"}
+	rwo := attach.Record{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}
+	oursTagged := map[string]string{attach.MetaPrefix + "n1": rwo.Value(stubImageID)}
+	// A record that came with the metadata of the peer's copy (rbd-mirror)
+	// or of a parent: it names another image, and attaches nothing here.
+	fromPeer := map[string]string{attach.MetaPrefix + "n1": rwo.Value("a0a0a0a0")}
 	for _, c := range []struct {
 		name  string
 		fence stubFence
@@ -39,7 +48,9 @@ func TestCheckAttached(t *testing.T) {
 		want  codes.Code
 	}{
 		{"attached here", stubFence{meta: ours}, "SINGLE_NODE_WRITER", codes.OK},
+		{"attached here, on this image", stubFence{meta: oursTagged}, "SINGLE_NODE_WRITER", codes.OK},
 		{"attached elsewhere", stubFence{meta: other}, "SINGLE_NODE_WRITER", codes.FailedPrecondition},
+		{"attached on the peer's copy", stubFence{meta: fromPeer}, "SINGLE_NODE_WRITER", codes.FailedPrecondition},
 		{"multi-node modes are not fenced", stubFence{meta: other}, "MULTI_NODE_MULTI_WRITER", codes.OK},
 		{"image gone", stubFence{err: fmt.Errorf("stat: %w", rbd.ErrNotFound)}, "SINGLE_NODE_WRITER", codes.NotFound},
 		{"pool gone", stubFence{err: fmt.Errorf("stat: %w", rbd.ErrPoolNotFound)}, "SINGLE_NODE_WRITER", codes.NotFound},

@@ -86,6 +86,9 @@ type Options struct {
 	// Pools serves NodeGetStorageHealth, with Credentials (nil: not
 	// offered).
 	Pools Pools
+	// Blocklist tells NodeGetVolumeHealth whether a krbd mapping's kernel
+	// client is blocklisted, with Credentials (nil: not asked).
+	Blocklist Blocklist
 	// MkfsPrezeroed says mkfs.ext4 takes -E assume_storage_prezeroed
 	// (E2fsprogsPrezeroed): volumes created empty are then formatted
 	// without leaving inode tables for the kernel to zero.
@@ -127,6 +130,7 @@ type Node struct {
 	crypt          Crypt
 	images         Images
 	pools          Pools
+	blocklist      Blocklist
 	kms            kms.Config
 	mkfsPrezeroed  bool
 	insecureMap    bool
@@ -169,7 +173,7 @@ func New(o Options) (*Node, error) {
 		id: o.NodeID, mappers: o.Mappers, defaultMounter: o.DefaultMounter, mounter: mounter,
 		run: run, maxVolumes: o.MaxVolumesPerNode, topology: o.Topology, clusters: o.Clusters, store: st, locks: lock.New(), fence: o.Fence, fault: o.Fault,
 		unfence: o.Unfence, lifts: o.Lifts,
-		cgroupRoot: o.CgroupRoot, crypt: o.Crypt, images: o.Images, pools: o.Pools, kms: o.KMS, mkfsPrezeroed: o.MkfsPrezeroed,
+		cgroupRoot: o.CgroupRoot, crypt: o.Crypt, images: o.Images, pools: o.Pools, blocklist: o.Blocklist, kms: o.KMS, mkfsPrezeroed: o.MkfsPrezeroed,
 		insecureMap: o.AllowInsecureMapOptions, cred: o.Credentials, mixedKeys: o.AllowKEKsWithCredentials,
 	}, nil
 }

@@ -23,6 +23,12 @@ type Pools interface {
 	PoolHealth(ctx context.Context, p rbd.Pool) (rbd.PoolHealth, error)
 }
 
+// Blocklist reads the cluster's OSD blocklist: whether the client
+// instance at addr ("ip:port/nonce") is barred.
+type Blocklist interface {
+	Blocklisted(ctx context.Context, monHost string, cred cluster.Credentials, addr string) (bool, error)
+}
+
 // storageProbeTimeout bounds each cluster's answer: the monitors answer
 // an osd dump in milliseconds.
 const storageProbeTimeout = 10 * time.Second
@@ -85,6 +91,9 @@ func (n *Node) probeCluster(ctx context.Context, cl cluster.Cluster, pools []str
 				fmt.Sprintf("the monitors of cluster %s (%s) did not answer within %v: volumes of this cluster cannot be staged here, and staged ones may hang; check the node's network to them (%v)",
 					cl.ClusterID, strings.Join(cl.Monitors, ","), storageProbeTimeout, err))
 			return
+		case h.InactivePGs > 0:
+			add(csi.StorageHealthErrorType_STORAGE_DEGRADED, "PlacementGroupsInactive",
+				fmt.Sprintf("%d placement groups of pool %s of cluster %s are stuck inactive: I/O of the volumes staged from it that reaches them waits", h.InactivePGs, p, cl.ClusterID))
 		case h.Full:
 			add(csi.StorageHealthErrorType_STORAGE_DEGRADED, "PoolFull",
 				fmt.Sprintf("pool %s of cluster %s is full: writes of the volumes staged from it wait", p, cl.ClusterID))

@@ -159,6 +159,15 @@ func (s MirrorSiteStatus) ClaimsPrimary() bool {
 	return s.Up && strings.Contains(s.Description, DescLocalPrimary)
 }
 
+// SecondPrimary reports whether the peer's daemon, alive, says its copy
+// is primary in a report written after this site's primary copy (m)
+// became primary: a split-brain. An older report is stale: daemons report
+// every so often, and right after a relocation the old primary's last
+// report still says it is primary.
+func (s MirrorSiteStatus) SecondPrimary(m MirrorInfo) bool {
+	return s.ClaimsPrimary() && (m.PrimarySince.IsZero() || s.LastUpdate.After(m.PrimarySince))
+}
+
 // MirrorSync is the last mirror snapshot a non-primary copy holds whole.
 type MirrorSync struct {
 	// SnapshotTime is when the primary took that snapshot: the copy

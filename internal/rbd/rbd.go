@@ -76,6 +76,11 @@ type PoolHealth struct {
 	Full, Quota bool
 	// NearFull: an OSD the pool maps to passed the nearfull ratio.
 	NearFull bool
+	// InactivePGs counts the pool's placement groups Ceph reports stuck
+	// inactive (I/O to the objects they hold waits), InactiveState the
+	// state of one of them.
+	InactivePGs   int
+	InactiveState string
 }
 
 // ImageInfo is what Stat reads of an image.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/ceph/go-ceph/rados"
@@ -329,40 +328,6 @@ func (b *Backend) RemoveMetadata(ctx context.Context, p rbd.Pool, name string, k
 		}
 		return nil
 	})
-}
-
-// PoolHealth reads the pool's flags in the OSD map (one mon command): Ceph
-// marks a pool full when its quota is reached or an OSD it maps to is
-// full, nearfull past the OSDs' nearfull ratio. Writes to a full pool wait
-// instead of failing, so callers ask this when a write timed out.
-func (b *Backend) PoolHealth(ctx context.Context, p rbd.Pool) (rbd.PoolHealth, error) {
-	var h rbd.PoolHealth
-	err := b.withConn(ctx, p.MonHost, p.Cred, "PoolHealth", func(conn *rados.Conn) error {
-		out, status, err := conn.MonCommand([]byte(`{"prefix":"osd dump","format":"json"}`))
-		if err != nil {
-			return fmt.Errorf("osd dump: %s: %w", status, classify(err))
-		}
-		var dump struct {
-			Pools []struct {
-				Name  string `json:"pool_name"`
-				Flags string `json:"flags_names"`
-			} `json:"pools"`
-		}
-		if err := json.Unmarshal(out, &dump); err != nil {
-			return fmt.Errorf("parsing osd dump: %w", err)
-		}
-		for _, pl := range dump.Pools {
-			if pl.Name == p.Name {
-				for _, f := range strings.Split(pl.Flags, ",") {
-					h.Full = h.Full || f == "full" || f == "full_quota"
-					h.Quota = h.Quota || f == "full_quota"
-					h.NearFull = h.NearFull || f == "nearfull"
-				}
-			}
-		}
-		return nil
-	})
-	return h, rbd.RefusedAt(p.Cred, cluster.CapMon, err)
 }
 
 // Backend is the contract's go-ceph implementation.

@@ -126,6 +126,38 @@ func (b *Backend) BlocklistedNetworks(ctx context.Context, monHost string, cred 
 	return out, nil
 }
 
+// Blocklisted reports whether the client instance at addr ("ip:port/nonce",
+// a kernel client's client_addr) is barred from the OSDs: by an entry of
+// its own, one of its host (every instance), or a range holding its IP.
+func (b *Backend) Blocklisted(ctx context.Context, monHost string, cred cluster.Credentials, addr string) (bool, error) {
+	ip, nonce, ok := parseEntry(addr)
+	if !ok {
+		return false, fmt.Errorf("%w: %q is not a client address (ip:port/nonce)", rbd.ErrInvalid, addr)
+	}
+	var barred bool
+	err := rbd.RefusedAt(cred, cluster.CapMon, b.withConn(ctx, monHost, cred, "Blocklisted", func(conn *rados.Conn) error {
+		hosts, ranges, err := blocklisted(conn)
+		barred = bars(hosts, ranges, ip, nonce)
+		return err
+	}))
+	return barred, err
+}
+
+// bars reports whether the entries bar the client instance nonce at ip.
+func bars(hosts, ranges []entry, ip netip.Addr, nonce uint64) bool {
+	for _, h := range hosts {
+		if h.prefix.Addr() == ip && (h.instance == 0 || h.instance == nonce) {
+			return true
+		}
+	}
+	for _, r := range ranges {
+		if r.prefix.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
 // ClientAddress is this backend's own connection to the cluster at
 // monHost as the cluster sees it: the cluster's fsid and the IP its
 // monitors and OSDs see this client at.

@@ -80,6 +80,7 @@ type shared struct {
 type pool struct {
 	full     bool
 	nearFull bool
+	inactive int // placement groups stuck inactive
 	// mirrorMode is the pool's mirror mode ("" disabled, "image");
 	// peered, whether it has a mirror peer (mirrorhooks.go).
 	mirrorMode string
@@ -339,7 +340,8 @@ func (c *Ceph) PoolAvailable(ctx context.Context, p rbd.Pool) (int64, error) {
 	return c.avail, nil
 }
 
-// PoolHealth reports SetFull (as a quota) and SetNearFull; a missing pool
+// PoolHealth reports SetFull (as a quota), SetNearFull and
+// SetInactivePGs; a missing pool
 // is neither, as in `osd dump`.
 func (c *Ceph) PoolHealth(ctx context.Context, p rbd.Pool) (rbd.PoolHealth, error) {
 	if err := c.begin(ctx); err != nil {
@@ -353,7 +355,11 @@ func (c *Ceph) PoolHealth(ctx context.Context, p rbd.Pool) (rbd.PoolHealth, erro
 	if pl == nil {
 		return rbd.PoolHealth{}, nil
 	}
-	return rbd.PoolHealth{Full: pl.full, Quota: pl.full, NearFull: pl.nearFull}, nil
+	h := rbd.PoolHealth{Full: pl.full, Quota: pl.full, NearFull: pl.nearFull, InactivePGs: pl.inactive}
+	if pl.inactive > 0 {
+		h.InactiveState = "undersized+peered"
+	}
+	return h, nil
 }
 
 func copyMap(m map[string]string) map[string]string {

@@ -211,6 +211,16 @@ func (c *Ceph) SetNearFull(poolName string, near bool) {
 	}
 }
 
+// SetInactivePGs makes PoolHealth report n of the pool's placement groups
+// stuck inactive (only the report: I/O goes on).
+func (c *Ceph) SetInactivePGs(poolName string, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pl := c.pools[poolName]; pl != nil {
+		pl.inactive = n
+	}
+}
+
 // Contents lists what a pool's RADOS namespace holds: image names (with
 // headers or not), every snapshot as image@snap (trashed ones included)
 // and RADOS object names, each sorted. Tests use it to show nothing leaked.
