@@ -86,9 +86,15 @@ func (c *Controller) ControllerListVolumeHealth(ctx context.Context, req *csi.Co
 			return nil, status.Errorf(codes.Aborted, "starting token %.130q was not returned by this driver; start the listing again", after)
 		}
 	}
-	ids, err := c.volumeIDs(ctx)
-	if err != nil {
-		return nil, err
+	// The pools are walked once per listing, as ListVolumes does (pages).
+	scope := "health\x00" + pagesScope(req.GetSecrets())
+	ids, cached := c.volPages.get(scope, after)
+	if !cached || after == "" {
+		all, err := c.volumeIDs(ctx)
+		if err != nil {
+			return nil, err
+		}
+		ids = all[sort.Search(len(all), func(i int) bool { return all[i].String() > after }):]
 	}
 	fences, err := c.volumeFences(ctx)
 	if err != nil {
@@ -96,13 +102,12 @@ func (c *Controller) ControllerListVolumeHealth(ctx context.Context, req *csi.Co
 	}
 	h := healthCheck{c: c, fences: fences, pools: map[string]rbd.PoolHealth{}}
 	resp := &csi.ControllerListVolumeHealthResponse{}
-	start := sort.Search(len(ids), func(i int) bool { return ids[i].String() > after })
-	for i := start; i < len(ids); i++ {
+	for i, vol := range ids {
 		if req.GetMaxEntries() > 0 && len(resp.Entries) == int(req.GetMaxEntries()) {
 			resp.NextToken = resp.Entries[len(resp.Entries)-1].VolumeId
+			c.volPages.put(scope, resp.NextToken, ids[i:])
 			break
 		}
-		vol := ids[i]
 		pool, err := c.pool(vol.ClusterID, vol.Pool, req.GetSecrets())
 		if err != nil {
 			return nil, err
@@ -114,6 +119,9 @@ func (c *Controller) ControllerListVolumeHealth(ctx context.Context, req *csi.Co
 		if !gone && len(health.HealthStatuses) > 0 {
 			resp.Entries = append(resp.Entries, health)
 		}
+	}
+	if cached && resp.NextToken == "" {
+		c.volPages.drop(scope, after)
 	}
 	return resp, nil
 }
