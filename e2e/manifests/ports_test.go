@@ -36,6 +36,11 @@ func checkWiring(t *testing.T, m *manifests) {
 			if grpcPort {
 				addr = ":" + addr
 			}
+			// The csi-addons sidecar listens on --controller-ip (every
+			// address when empty) and --controller-port.
+			if flag == "controller-port" {
+				addr = mustFlags(t, c)["controller-ip"] + ":" + addr
+			}
 			port, err := listenPort(addr)
 			if err != nil {
 				t.Errorf("%s/%s: --%s=%s: %v", w.name, c.Name, flag, addr, err)
@@ -62,6 +67,7 @@ func checkWiring(t *testing.T, m *manifests) {
 				continue
 			}
 			listen(c, "port")
+			listen(c, "controller-port")
 			p := listen(c, "http-endpoint")
 			for what, probe := range map[string]*corev1.Probe{"livenessProbe": c.LivenessProbe, "readinessProbe": c.ReadinessProbe} {
 				if probe == nil {
