@@ -1,0 +1,284 @@
+//go:build e2e_k8s
+
+package k8s
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// The csi-addons objects, through the csi-addons controller v0.13.0 (which
+// scripts/k8s-e2e.sh installs from the release's files and the image it
+// builds) and the sidecars docs/csi-addons.md adds to the install: each
+// call goes controller -> sidecar (TLS, a checked token) -> the plugin's
+// csi-addons socket, and what it did is checked in Ceph.
+
+// csiAddonsJob is what the tests read of a ReclaimSpaceJob or a
+// NetworkFence.
+type csiAddonsJob struct {
+	Status struct {
+		Result         string `json:"result"`
+		Message        string `json:"message"`
+		ReclaimedSpace string `json:"reclaimedSpace"`
+		Conditions     []struct {
+			Message string `json:"message"`
+		} `json:"conditions"`
+	} `json:"status"`
+}
+
+func (j csiAddonsJob) says() string {
+	s := j.Status.Result + ": " + j.Status.Message
+	for _, c := range j.Status.Conditions {
+		s += "; " + c.Message
+	}
+	return s
+}
+
+// waitResult waits for a csi-addons object's status.result to be set and
+// returns the object.
+func (k *kube) waitResult(kind, name string, timeout time.Duration) csiAddonsJob {
+	k.t.Helper()
+	var j csiAddonsJob
+	eventually(k.t, timeout, kind+" "+name+" done", func() (bool, string) {
+		j = csiAddonsJob{}
+		if !k.get(&j, kind, name) {
+			return false, "not found"
+		}
+		return j.Status.Result != "", j.says()
+	})
+	return j
+}
+
+// reclaimJob makes a ReclaimSpaceJob of the claim and waits for its result.
+// One retry: a job that fails says why in its conditions at once.
+func (k *kube) reclaimJob(name, pvc string) csiAddonsJob {
+	k.t.Helper()
+	k.apply(fmt.Sprintf(`
+apiVersion: csiaddons.openshift.io/v1alpha1
+kind: ReclaimSpaceJob
+metadata:
+  name: %s
+spec:
+  target: {persistentVolumeClaim: %s}
+  backOffLimit: 1
+  retryDeadlineSeconds: 300
+`, name, pvc))
+	return k.waitResult("reclaimspacejob", name, 5*time.Minute)
+}
+
+// usedBytes is what `rbd du` says the image holds.
+func usedBytes(t *testing.T, e env, image string) int64 {
+	t.Helper()
+	var du struct {
+		Images []struct {
+			Name     string `json:"name"`
+			Snapshot string `json:"snapshot"`
+			Used     int64  `json:"used_size"`
+		} `json:"images"`
+	}
+	if err := json.Unmarshal([]byte(ceph(t, e, "rbd", "du", "--format", "json", pool+"/"+image)), &du); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range du.Images {
+		if i.Name == image && i.Snapshot == "" {
+			return i.Used
+		}
+	}
+	t.Fatalf("rbd du lists no image %s", image)
+	return 0
+}
+
+// TestReclaimSpaceJob: a ReclaimSpaceJob of a Block claim attached to a
+// pod succeeds through both sidecars (the node's half leaves a raw block
+// volume alone, the controller's does not sparsify what a node has
+// open); once the pod is gone, a second one sparsifies the image: the
+// 16 MiB of zeros the pod wrote go back to Ceph, and the data it wrote
+// beside them reads back. A Filesystem claim's job reaches the node
+// plugin's fstrim, which this machine's mapper (rbd-fuse, which passes no
+// discards on) refuses: the job fails and says so.
+func TestReclaimSpaceJob(t *testing.T) {
+	scenario(t)
+	k := newKube(t, "reclaim")
+	const mib = 1 << 20
+	k.createPVC(pvcOpts{name: "blk", class: "rbdcsi-block", size: "64Mi", block: true})
+	k.createPVC(pvcOpts{name: "fs", class: "rbdcsi-ext4", size: "64Mi"})
+	pv := k.waitBound("blk")
+	k.waitBound("fs")
+	image := imageOf(t, pv)
+	k.createPod(podOpts{name: "writer", pvc: "blk", block: true})
+	k.createPod(podOpts{name: "fs", pvc: "fs"})
+	k.waitRunning("writer")
+	k.waitRunning("fs")
+	// 16 MiB of zeros (four whole objects), then 1 MiB of data after them.
+	k.mustExec("writer", "dd if=/dev/zero of=/dev/xvda bs=1M count=16 conv=fsync 2>&1 && "+
+		"yes rbdcsi | head -c 1048576 | dd of=/dev/xvda bs=1M seek=32 conv=fsync 2>&1")
+	want := strings.Fields(k.mustExec("writer", "dd if=/dev/xvda bs=1M skip=32 count=1 2>/dev/null | md5sum"))[0]
+
+	j := k.reclaimJob("attached", "blk")
+	if j.Status.Result != "Succeeded" {
+		t.Fatalf("the job of an attached Block claim: %s", j.says())
+	}
+	before := usedBytes(t, k.e, image)
+	if before < 17*mib {
+		t.Fatalf("the image holds %d bytes after the attached job; the pod wrote 17 MiB, none of it to be freed while attached", before)
+	}
+
+	t.Run("filesystem on rbd-fuse", func(t *testing.T) {
+		kk := *k
+		kk.t = t
+		j := kk.reclaimJob("fuse", "fs")
+		if j.Status.Result != "Failed" || !strings.Contains(j.says(), "rbd-fuse") {
+			t.Errorf("the job of a claim mapped with rbd-fuse: %s; want it failed by the node plugin, naming rbd-fuse", j.says())
+		}
+	})
+
+	k.deletePod("writer")
+	eventually(t, volumeWait, "the claim detached", func() (bool, string) {
+		vas := k.volumeAttachments(pv.Name)
+		return len(vas) == 0, fmt.Sprintf("%d VolumeAttachments", len(vas))
+	})
+	j = k.reclaimJob("detached", "blk")
+	if j.Status.Result != "Succeeded" {
+		t.Fatalf("the job of a detached Block claim: %s", j.says())
+	}
+	after := usedBytes(t, k.e, image)
+	if before-after < 16*mib {
+		t.Errorf("the image held %d bytes before the sparsify and %d after; want the 16 MiB of zeros freed", before, after)
+	}
+	if q, err := resource.ParseQuantity(j.Status.ReclaimedSpace); err != nil || q.Value() < 16*mib {
+		t.Errorf("the job reports reclaimedSpace %q; want at least 16 MiB", j.Status.ReclaimedSpace)
+	}
+	k.createPod(podOpts{name: "reader", pvc: "blk", block: true})
+	k.waitRunning("reader")
+	if got := strings.Fields(k.mustExec("reader", "dd if=/dev/xvda bs=1M skip=32 count=1 2>/dev/null | md5sum"))[0]; got != want {
+		t.Errorf("after the sparsify the data reads back with md5 %s, want %s", got, want)
+	}
+	if zeros := k.mustExec("reader", "dd if=/dev/xvda bs=1M count=16 2>/dev/null | tr -d '\\000' | wc -c"); strings.TrimSpace(zeros) != "0" {
+		t.Errorf("after the sparsify the first 16 MiB hold %s non-zero bytes", strings.TrimSpace(zeros))
+	}
+}
+
+// blocklisted is the monitors' blocklist as admin reads it: address
+// entries and ranges.
+func blocklisted(t *testing.T, e env) (addrs, ranges []string) {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(ceph(t, e, "ceph", "osd", "blocklist", "ls", "--format", "json")))
+	for {
+		var list []struct {
+			Addr  string `json:"addr"`
+			Range string `json:"range"`
+		}
+		if err := dec.Decode(&list); err != nil {
+			return addrs, ranges
+		}
+		for _, l := range list {
+			if l.Range != "" {
+				ranges = append(ranges, l.Range)
+			} else {
+				addrs = append(addrs, l.Addr)
+			}
+		}
+	}
+}
+
+// TestNetworkFence: a NetworkFence of a NetworkFenceClass (the guide's
+// fencing user, docs/csi-addons.md) bars a host and a /24 in Ceph's OSD
+// blocklist; fenceState Unfenced lifts both, Fenced again bars them, and
+// deleting the object lifts them. A block wider than /16 is refused and
+// the object says why. No address here is any host's: the entries are
+// only checked in the blocklist.
+func TestNetworkFence(t *testing.T) {
+	scenario(t)
+	e := loadEnv(t)
+	k := &kube{t: t, e: e}
+	var clusters []struct {
+		ClusterID string `json:"clusterID"`
+	}
+	data, err := os.ReadFile(e.clusterConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &clusters); err != nil || len(clusters) == 0 {
+		t.Fatalf("the cluster map %s: %v", e.clusterConfig, err)
+	}
+	const host, block = "198.19.250.7", "198.19.251.0"
+	t.Cleanup(func() {
+		k.runQuiet(shortWait, "delete", "networkfence", "e2e-fence", "e2e-too-wide", "--ignore-not-found", "--wait=true", "--timeout=1m")
+		k.runQuiet(shortWait, "delete", "networkfenceclass", "e2e-fence", "--ignore-not-found")
+		for _, args := range [][]string{{"rm", host + ":0/0"}, {"range", "rm", block + "/24"}} {
+			_, _ = cephTry(e, "ceph", append([]string{"osd", "blocklist"}, args...)...)
+		}
+	})
+	k.apply(fmt.Sprintf(`
+apiVersion: csiaddons.openshift.io/v1alpha1
+kind: NetworkFenceClass
+metadata:
+  name: e2e-fence
+spec:
+  provisioner: %s
+  parameters:
+    clusterID: %s
+    csiaddons.openshift.io/networkfence-secret-name: rbdcsi-fence
+    csiaddons.openshift.io/networkfence-secret-namespace: rbdcsi
+`, driverName, clusters[0].ClusterID))
+	fence := func(name, state string, cidrs ...string) {
+		t.Helper()
+		k.apply(fmt.Sprintf(`
+apiVersion: csiaddons.openshift.io/v1alpha1
+kind: NetworkFence
+metadata:
+  name: %s
+spec:
+  networkFenceClassName: e2e-fence
+  fenceState: %s
+  cidrs: [%s]
+`, name, state, strings.Join(cidrs, ", ")))
+	}
+	// The controller sets the result of each state it reached; a stale
+	// result of the last state is told apart by the blocklist itself.
+	listed := func() (hostIn, blockIn bool, state string) {
+		addrs, ranges := blocklisted(t, e)
+		return slices.Contains(addrs, host+":0/0"), slices.Contains(ranges, block+":0/24"),
+			fmt.Sprintf("addresses %v, ranges %v", addrs, ranges)
+	}
+	fenced := func() (bool, string) {
+		h, b, state := listed()
+		return h && b, state
+	}
+	lifted := func() (bool, string) {
+		h, b, state := listed()
+		return !h && !b, state
+	}
+	wantResult := func(name string) {
+		t.Helper()
+		if j := k.waitResult("networkfence", name, shortWait); j.Status.Result != "Succeeded" {
+			t.Fatalf("NetworkFence %s: %s", name, j.says())
+		}
+	}
+
+	fence("e2e-fence", "Fenced", host+"/32", block+"/24")
+	wantResult("e2e-fence")
+	eventually(t, shortWait, "the host and the block in the blocklist", fenced)
+	fence("e2e-fence", "Unfenced", host+"/32", block+"/24")
+	eventually(t, shortWait, "both lifted by fenceState Unfenced", lifted)
+	fence("e2e-fence", "Fenced", host+"/32", block+"/24")
+	eventually(t, shortWait, "both in the blocklist again", fenced)
+	k.must("delete", "networkfence", "e2e-fence", "--wait=true", "--timeout=1m")
+	eventually(t, shortWait, "both lifted by the delete", lifted)
+
+	fence("e2e-too-wide", "Fenced", "10.0.0.0/8")
+	j := k.waitResult("networkfence", "e2e-too-wide", shortWait)
+	if j.Status.Result != "Failed" || !strings.Contains(j.says(), "/16") {
+		t.Errorf("a fence of 10.0.0.0/8: %s; want it refused, naming the /16 limit", j.says())
+	}
+	if _, ranges := blocklisted(t, e); slices.Contains(ranges, "10.0.0.0:0/8") {
+		t.Errorf("a refused fence is in the blocklist: %v", ranges)
+	}
+}
