@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // The csi-addons objects, through the csi-addons controller v0.13.0 (which
@@ -193,9 +191,12 @@ func TestReclaimSpaceJob(t *testing.T) {
 	if before-after < 16*mib {
 		t.Errorf("the image held %d bytes before the sparsify and %d after; want the 16 MiB of zeros freed", before, after)
 	}
-	if q, err := resource.ParseQuantity(j.Status.ReclaimedSpace); err != nil || q.Value() < 16*mib {
-		t.Errorf("the job reports reclaimedSpace %q; want at least 16 MiB", j.Status.ReclaimedSpace)
-	}
+	// Not the job's status.reclaimedSpace: the csi-addons controller
+	// v0.13.0 computes it as max(post_usage - pre_usage, 0), so a
+	// sparsify that frees space reports 0 (docs/csi-addons.md says so).
+	// The plugin's pre_usage and post_usage are checked over gRPC by
+	// e2e/addons; here rbd du shows what was freed.
+	t.Logf("the job reports reclaimedSpace %q; rbd du: %d bytes before, %d after", j.Status.ReclaimedSpace, before, after)
 	k.createPod(podOpts{name: "reader", pvc: "blk", block: true})
 	k.waitRunning("reader")
 	if got := strings.Fields(k.mustExec("reader", "dd if=/dev/xvda bs=1M skip=32 count=1 2>/dev/null | md5sum"))[0]; got != want {
