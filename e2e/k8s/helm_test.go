@@ -119,8 +119,9 @@ spec:
 	nodePod := onePod(t, k, "rbdcsi-node", "node")
 	controllerPod := onePod(t, k, helmNamespace, "controller")
 
-	// The revision the upgrade starts from (docs/backup.md upgraded the
-	// install once already), which the rollback returns to.
+	// The revision the upgrade starts from (docs/backup.md and
+	// docs/csi-addons.md upgraded the install already), which the rollback
+	// returns to.
 	var st struct {
 		Version int `json:"version"`
 	}
