@@ -326,7 +326,7 @@ spec:
 	waitFence := func(name, result string) csiAddonsJob {
 		t.Helper()
 		var j csiAddonsJob
-		eventually(t, shortWait, "NetworkFence "+name+" "+result, func() (bool, string) {
+		eventually(t, volumeWait, "NetworkFence "+name+" "+result, func() (bool, string) {
 			j = csiAddonsJob{}
 			if !k.get(&j, "networkfence", name) {
 				return false, "not found"
@@ -339,26 +339,30 @@ spec:
 
 	fence("e2e-fence", "Fenced", host+"/32", block+"/24")
 	wantResult("e2e-fence")
-	eventually(t, shortWait, "the host and the block in the blocklist", fenced)
+	eventually(t, volumeWait, "the host and the block in the blocklist", fenced)
 	fence("e2e-fence", "Unfenced", host+"/32", block+"/24")
-	eventually(t, shortWait, "both lifted by fenceState Unfenced", lifted)
+	eventually(t, volumeWait, "both lifted by fenceState Unfenced", lifted)
 	fence("e2e-fence", "Fenced", host+"/32", block+"/24")
-	eventually(t, shortWait, "both in the blocklist again", fenced)
+	eventually(t, volumeWait, "both in the blocklist again", fenced)
 	// The csi-addons controller v0.13.0 only drops its finalizer when a
 	// NetworkFence is deleted: the fence stays (docs/csi-addons.md says to
 	// unfence first). An object of the same CIDRs, Unfenced, lifts it.
-	k.must("delete", "networkfence", "e2e-fence", "--wait=true", "--timeout=1m")
+	if _, err := k.run(volumeWait, "", "delete", "networkfence", "e2e-fence", "--wait=true", "--timeout=3m"); err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(5 * time.Second)
 	if ok, state := fenced(); !ok {
 		t.Errorf("deleting a Fenced NetworkFence lifted the fence (%s): docs/csi-addons.md says it stays", state)
 	}
 	fence("e2e-fence", "Unfenced", host+"/32", block+"/24")
-	eventually(t, shortWait, "both lifted by a new NetworkFence, Unfenced", lifted)
+	eventually(t, volumeWait, "both lifted by a new NetworkFence, Unfenced", lifted)
 	wantResult("e2e-fence")
-	k.must("delete", "networkfence", "e2e-fence", "--wait=true", "--timeout=1m")
+	if _, err := k.run(volumeWait, "", "delete", "networkfence", "e2e-fence", "--wait=true", "--timeout=3m"); err != nil {
+		t.Fatal(err)
+	}
 
 	fence("e2e-too-wide", "Fenced", "10.0.0.0/8")
-	eventually(t, shortWait, "a fence of 10.0.0.0/8 refused, naming the /16 limit", func() (bool, string) {
+	eventually(t, volumeWait, "a fence of 10.0.0.0/8 refused, naming the /16 limit", func() (bool, string) {
 		var j csiAddonsJob
 		if !k.get(&j, "networkfence", "e2e-too-wide") {
 			return false, "not found"
