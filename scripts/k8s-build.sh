@@ -13,14 +13,18 @@
 #     they share compiles once); the
 #     VolumeSnapshot CRDs of external-snapshotter's client module and the
 #     SnapshotMetadataService CRD of external-snapshot-metadata's
+#   - the csi-addons controller (csi-addons-manager) and sidecar
+#     (csi-addons-sidecar) of kubernetes-csi-addons v0.13.0, and that
+#     release's install files (CRDs, RBAC, the controller's Deployment)
 #   - crane (go-containerregistry) to pack OCI images
 #   - helm v4.3.1 (helm.sh/helm/v4), for the chart's tests and the Helm e2e
 #   - OCI image tarballs that the node imports at boot: pause (sandbox),
-#     busybox (test pods, Debian's busybox-static), one per sidecar (static
-#     binary, no base). Not the plugin's: the e2e runs the images of a
-#     release it makes (scripts/release.sh: build/Dockerfile, both suites).
+#     busybox (test pods, Debian's busybox-static), one per sidecar and the
+#     csi-addons controller (static binary, no base). Not the plugin's: the
+#     e2e runs the images of a release it makes (scripts/release.sh:
+#     build/Dockerfile, both suites).
 #
-#   k8s-build.sh [all|cache|deps|kube|sidecars|tools|helm|images|backuptool]
+#   k8s-build.sh [all|cache|deps|kube|sidecars|csi-addons|tools|helm|images|backuptool]
 #                (default: all; cache is all: nothing there depends on the
 #                commit; backuptool, the e2e's backup tool, does)
 #
@@ -47,6 +51,10 @@ readonly SNAPSHOT_METADATA_VERSION=v1.1.0
 # release's go.mod takes it from the repository), of which the proxy
 # serves v1.0.0 and v0.1.0.
 readonly SNAPSHOT_METADATA_CLIENT_VERSION=v1.0.0
+# The csi-addons controller and sidecar (kubernetes-csi-addons), and its
+# CRDs: ReclaimSpaceJob, NetworkFence, VolumeReplication, CSIAddonsNode, ...
+readonly CSI_ADDONS_VERSION=v0.13.0
+readonly CSI_ADDONS_MODULE=github.com/csi-addons/kubernetes-csi-addons
 readonly CRANE_VERSION=v0.22.1
 readonly HELM_VERSION=v4.3.1
 # Image references. The sidecars and busybox carry the names deploy/,
@@ -286,6 +294,39 @@ build_sidecars() {
 	chmod -R u+w "$CACHE/crds-cbt"
 }
 
+# build_csi_addons: the csi-addons manager (the controller) and sidecar
+# from their module (no replace directives, but neither is under a path
+# `go install` names as the release does), as the release's Makefile builds
+# them; and the release's install files from the module's deploy/controller
+# (crds.yaml, rbac.yaml, setup-controller.yaml, csi-addons-config.yaml: what
+# its release page publishes, and what docs/install.md applies) into
+# $CACHE/csi-addons.
+build_csi_addons() {
+	local key t0 dir ld c
+	key="$CSI_ADDONS_MODULE@$CSI_ADDONS_VERSION $(go env GOVERSION)"
+	dir=$(moddir "$CSI_ADDONS_MODULE@$CSI_ADDONS_VERSION")
+	rm -rf "$CACHE/csi-addons"
+	mkdir -p "$CACHE/csi-addons"
+	cp "$dir"/deploy/controller/*.yaml "$CACHE/csi-addons/"
+	chmod -R u+w "$CACHE/csi-addons"
+	if fresh csi-addons "$key" "$BIN/csi-addons-manager" "$BIN/csi-addons-sidecar"; then
+		log "csi-addons $CSI_ADDONS_VERSION: cached"
+		return
+	fi
+	t0=$(now)
+	mkdir -p "$BIN"
+	ld="-s -w -X $CSI_ADDONS_MODULE/internal/version.Version=$CSI_ADDONS_VERSION"
+	for c in csi-addons-manager=./cmd/manager csi-addons-sidecar=./sidecar; do
+		log "building ${c%%=*} $CSI_ADDONS_VERSION"
+		rm -f "$BIN/${c%%=*}.tmp"
+		(cd "$dir" && GOWORK=off go build -ldflags "$ld" -o "$BIN/${c%%=*}.tmp" "${c#*=}") ||
+			die "building ${c%%=*} failed"
+		mv "$BIN/${c%%=*}.tmp" "$BIN/${c%%=*}"
+	done
+	stamp csi-addons "$key"
+	log "csi-addons $CSI_ADDONS_VERSION built in $(($(now) - t0)) s"
+}
+
 # build_helm: `make helm-test` may run it while CI's background build does,
 # so one builds at a time and the other finds it cached.
 build_helm() {
@@ -322,75 +363,8 @@ build_tools() {
 
 # --- images ---------------------------------------------------------------------
 
-crane() { "$BIN/crane" "$@"; }
-
-# crane's append and mutate read their base image from a registry, never
-# from a tarball: a throwaway in-memory registry (`crane registry serve`) on
-# 127.0.0.1 holds the intermediate images while this script runs. It is
-# started on first use and stopped on exit.
-REGISTRY=""
-REGISTRY_PID=""
-start_registry() {
-	[[ -z $REGISTRY ]] || return 0
-	local i port=""
-	mkdir -p "$CACHE/tmp"
-	: >"$CACHE/tmp/registry.log"
-	"$BIN/crane" registry serve --address 127.0.0.1:0 >"$CACHE/tmp/registry.log" 2>&1 &
-	REGISTRY_PID=$!
-	trap stop_registry EXIT
-	for ((i = 0; i < 100; i++)); do
-		port=$(sed -n 's/.*serving on port \([0-9]*\).*/\1/p' "$CACHE/tmp/registry.log")
-		[[ -n $port ]] && break
-		sleep 0.1
-	done
-	[[ -n $port ]] || die "crane registry did not start: $(cat "$CACHE/tmp/registry.log")"
-	REGISTRY=127.0.0.1:$port
-}
-stop_registry() {
-	if [[ -n $REGISTRY_PID ]]; then
-		kill "$REGISTRY_PID" 2>/dev/null || true
-		wait "$REGISTRY_PID" 2>/dev/null || true
-		REGISTRY_PID=""
-	fi
-}
-
-# pack_image REF OUT.tar ENTRYPOINT ENV LAYER.tar...: an image of the given
-# layers (no base), for linux/amd64, saved as a tarball named REF that
-# `ctr images import` reads.
-pack_image() {
-	local ref=$1 out=$2 ep=$3 env=$4 tmp args=()
-	shift 4
-	start_registry
-	tmp="$REGISTRY/rbdcsi-e2e/tmp:$(basename "$out" .tar)"
-	for l in "$@"; do args+=(--new_layer "$l"); done
-	crane append --oci-empty-base "${args[@]}" --new_tag "$tmp" >/dev/null 2>>"$CACHE/tmp/registry.log" ||
-		die "crane append for $ref failed: $(tail -n 3 "$CACHE/tmp/registry.log")"
-	args=(--set-platform linux/amd64 --entrypoint "$ep")
-	[[ -z $env ]] || args+=(--env "$env")
-	crane mutate "${args[@]}" --tag "$ref" --output "$out.tmp" "$tmp" >/dev/null 2>>"$CACHE/tmp/registry.log" ||
-		die "crane mutate for $ref failed: $(tail -n 3 "$CACHE/tmp/registry.log")"
-	mv "$out.tmp" "$out"
-}
-
-# image_from_dir REF DIR OUT.tar ENTRYPOINT: an image of one layer, the
-# content of DIR owned by root.
-image_from_dir() {
-	local ref=$1 dir=$2 out=$3 ep=$4
-	tar --numeric-owner --owner=0 --group=0 -C "$dir" -cf "$dir.layer.tar" .
-	pack_image "$ref" "$out" "$ep" "" "$dir.layer.tar"
-	rm -f "$dir.layer.tar"
-}
-
-static_image() {
-	local name=$1 ref=$2 src=$3 key dir
-	key="$ref $(sha256sum "$src" | cut -c1-16)"
-	fresh "image-$name" "$key" "$IMAGES/$name.tar" && return
-	dir=$(mktemp -d)
-	install -D -m 0755 "$src" "$dir/$name"
-	image_from_dir "$ref" "$dir" "$IMAGES/$name.tar" "/$name"
-	rm -rf "$dir"
-	stamp "image-$name" "$key"
-}
+# shellcheck source=scripts/k8s-images.sh
+source "$ROOT/scripts/k8s-images.sh"
 
 build_static_images() {
 	local dir key
@@ -402,6 +376,15 @@ build_static_images() {
 	static_image csi-resizer "registry.k8s.io/sig-storage/csi-resizer:$RESIZER_VERSION" "$BIN/csi-resizer"
 	static_image csi-snapshotter "registry.k8s.io/sig-storage/csi-snapshotter:$SNAPSHOTTER_VERSION" "$BIN/csi-snapshotter"
 	static_image csi-snapshot-metadata "registry.k8s.io/sig-storage/csi-snapshot-metadata:$SNAPSHOT_METADATA_VERSION" "$BIN/csi-snapshot-metadata"
+	# The csi-addons images, laid out as the release's: the controller at
+	# /csi-addons-manager (the release's Deployment names that command) as
+	# user 65532 (its pod runs as non-root and names no user), the sidecar
+	# at /usr/sbin/csi-addons-sidecar (its entrypoint: manifests give args
+	# only).
+	static_image csi-addons-controller "quay.io/csiaddons/k8s-controller:$CSI_ADDONS_VERSION" "$BIN/csi-addons-manager" \
+		/csi-addons-manager 65532:65532
+	static_image csi-addons-sidecar "quay.io/csiaddons/k8s-sidecar:$CSI_ADDONS_VERSION" "$BIN/csi-addons-sidecar" \
+		/usr/sbin/csi-addons-sidecar
 	# The plugin image an earlier version of this script made here: the
 	# node imports every archive of this directory.
 	rm -f "$IMAGES/rbdplugin.tar"
@@ -415,18 +398,6 @@ build_static_images() {
 		rm -rf "$dir"
 		stamp image-busybox "$key"
 	fi
-}
-
-# busybox_root DIR: Debian's busybox-static with its applet links, and a
-# root user, in DIR.
-busybox_root() {
-	local dir=$1 c
-	[[ -x /bin/busybox ]] || die "busybox-static is not installed"
-	mkdir -p "$dir/bin" "$dir/tmp" "$dir/etc"
-	cp /bin/busybox "$dir/bin/busybox"
-	for c in $(/bin/busybox --list); do [[ $c == busybox ]] || ln -s busybox "$dir/bin/$c"; done
-	echo 'root:x:0:0:root:/root:/bin/sh' >"$dir/etc/passwd"
-	echo 'root:x:0:' >"$dir/etc/group"
 }
 
 # build_backuptool: the e2e's backup tool (e2e/k8s/backuptool, a module of
@@ -459,6 +430,7 @@ main() {
 	case $what in
 	kube) build_kube ;;
 	sidecars) build_sidecars ;;
+	csi-addons) build_csi_addons ;;
 	tools) build_tools ;;
 	helm) build_helm ;;
 	images)
@@ -471,12 +443,13 @@ main() {
 		build_tools
 		build_kube
 		build_sidecars
+		build_csi_addons
 		build_static_images
 		;;
 	deps) need_packages "${E2E_PACKAGES[@]}" ;;
 	backuptool) build_backuptool ;;
 	*)
-		echo "usage: $PROG [all|cache|deps|kube|sidecars|tools|helm|images|backuptool]" >&2
+		echo "usage: $PROG [all|cache|deps|kube|sidecars|csi-addons|tools|helm|images|backuptool]" >&2
 		exit 2
 		;;
 	esac

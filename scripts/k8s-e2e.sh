@@ -149,9 +149,10 @@ collect_artifacts() {
 	if [[ -x $k ]]; then
 		"$k" get all,pvc,pv,volumeattachments,csinodes,volumesnapshots,volumesnapshotcontents -A -o wide >"$ARTIFACTS/objects.txt" 2>&1 || true
 		"$k" get volumegroupsnapshots,volumegroupsnapshotcontents,volumegroupsnapshotclasses -A -o wide >>"$ARTIFACTS/objects.txt" 2>&1 || true
+		"$k" get csiaddonsnodes,reclaimspacejobs,networkfences,networkfenceclasses -A -o yaml >"$ARTIFACTS/csi-addons.yaml" 2>&1 || true
 		"$k" get events -A --sort-by=.lastTimestamp >"$ARTIFACTS/events.txt" 2>&1 || true
 		local ns p c
-		for ns in rbdcsi rbdcsi-node; do
+		for ns in rbdcsi rbdcsi-node csi-addons-system; do
 			for p in $("$k" -n "$ns" get pods -o name 2>/dev/null); do
 				for c in $("$k" -n "$ns" get "$p" -o jsonpath='{.spec.containers[*].name}' 2>/dev/null); do
 					"$k" -n "$ns" logs "$p" -c "$c" >"$ARTIFACTS/${p#pod/}.$c.log" 2>&1 || true
@@ -223,6 +224,7 @@ main() {
 	printf '#!/bin/sh\nexec %q --kubeconfig %q "$@"\n' "$CACHE/bin/helm" "$KUBECONFIG" >"$work/bin/helm"
 	chmod +x "$work/bin/kubectl" "$work/bin/helm"
 	import_release
+	install_csi_addons "$work"
 	log "Kubernetes up, release imported after $((SECONDS - t0)) s (kubectl: $work/bin/kubectl)"
 
 	export RBDCSI_E2E_K8S=1 E2E_CLUSTER_CONFIG=$work/cluster-config.json E2E_GUIDE_PATH=$work/bin
@@ -271,6 +273,20 @@ import_release() {
 	images=$(ctr --address "$CONTAINERD_ADDRESS" -n k8s.io images ls -q) || die "listing containerd's images failed"
 	for ref in "$PLUGIN_REPOSITORY:$VERSION" "$PLUGIN_REPOSITORY:$VERSION-forky"; do
 		grep -qxF "$ref" <<<"$images" || die "$ref is not among containerd's images after the import"
+	done
+}
+
+# install_csi_addons WORK: the csi-addons CRDs and controller, once for
+# every pass, as a cluster's admin installs them before docs/csi-addons.md:
+# the files of its release (k8s-build.sh copies them from its module into
+# the cache's csi-addons/), in that page's order; the controller's image is
+# among those the node imported at boot. docs/csi-addons.md's check waits
+# for it to roll out.
+install_csi_addons() {
+	local f
+	for f in crds setup-controller rbac; do
+		"$1/bin/kubectl" create -f "$CACHE/csi-addons/$f.yaml" >/dev/null ||
+			die "installing the csi-addons controller: kubectl create -f $CACHE/csi-addons/$f.yaml failed"
 	done
 }
 

@@ -14,8 +14,8 @@
 #   rbdcsi-site-VERSION.tar.gz     rbdcsi-site-VERSION/ holding site/ (deploy/site,
 #                                  the overlay a user fills in, its image the
 #                                  release's) over kubernetes/ (rbdcsi.yaml),
-#                                  beside snapshotclass/, topology/ and
-#                                  snapshot-metadata/: the
+#                                  beside snapshotclass/, topology/,
+#                                  snapshot-metadata/ and csi-addons/: the
 #                                  layout of deploy/, so the overlay's paths
 #                                  hold in both (docs/install.md)
 #   SHA256SUMS
@@ -111,7 +111,8 @@ kind: Kustomization
 resources:
   - rbdcsi.yaml
 EOF
-cp -r "$ROOT/deploy/site" "$ROOT/deploy/snapshotclass" "$ROOT/deploy/topology" "$ROOT/deploy/snapshot-metadata" "$work/$top/"
+cp -r "$ROOT/deploy/site" "$ROOT/deploy/snapshotclass" "$ROOT/deploy/topology" "$ROOT/deploy/snapshot-metadata" \
+	"$ROOT/deploy/csi-addons" "$work/$top/"
 rm -f "$work/$top/site/"{userID,userKey,nodeUserID,nodeUserKey} "$work/$top/snapshot-metadata/"{tls.crt,tls.key,ca.crt,ca.crt.base64}
 sed -i "s#^pluginImage=.*#pluginImage=$REPO:$VERSION#" "$work/$top/site/settings.env"
 grep -qx "pluginImage=$REPO:$VERSION" "$work/$top/site/settings.env" || die "deploy/site/settings.env sets no pluginImage"
@@ -129,6 +130,11 @@ printf 'eA==' >"$work/check/snapshot-metadata/ca.crt.base64"
 (cd "$ROOT" && go run ./scripts/kustomize "$work/check/site") >"$work/check.yaml" ||
 	die "the site overlay of the tarball does not build with the snapshot-metadata component"
 grep -qx 'kind: SnapshotMetadataService' "$work/check.yaml" || die "the snapshot-metadata component adds no SnapshotMetadataService"
+# And with the csi-addons component too, as docs/csi-addons.md adds it.
+echo '  - ../csi-addons' >>"$work/check/site/kustomization.yaml"
+(cd "$ROOT" && go run ./scripts/kustomize "$work/check/site") >"$work/check.yaml" ||
+	die "the site overlay of the tarball does not build with the csi-addons component"
+grep -q 'image: quay.io/csiaddons/k8s-sidecar:' "$work/check.yaml" || die "the csi-addons component adds no csi-addons sidecar"
 tar --owner=0 --group=0 --numeric-owner --sort=name -C "$work" -czf "$DIST/rbdcsi-site-$VERSION.tar.gz" "$top"
 
 (cd "$DIST" && sha256sum -- * >SHA256SUMS)

@@ -29,11 +29,13 @@ import (
 // each marker on the line before a ```sh fence. Unmarked blocks are shown,
 // never run (they need what the e2e has no use for, like a download).
 // docs/backup.md, which turns changed-block tracking on for an install
-// of the guide, has marked blocks of the same kinds but vars: it runs with
+// of the guide, and docs/csi-addons.md, which adds the csi-addons
+// sidecars, have marked blocks of the same kinds but vars: they run with
 // the guide's values, where the guide's install ended.
 const (
-	installFile = "../../docs/install.md"
-	backupFile  = "../../docs/backup.md"
+	installFile   = "../../docs/install.md"
+	backupFile    = "../../docs/backup.md"
+	csiAddonsFile = "../../docs/csi-addons.md"
 )
 
 // guideBlock is one marked shell block of the guide.
@@ -168,8 +170,8 @@ func (g guideRun) checkNames(t *testing.T, names []string) {
 	}
 }
 
-// run runs the blocks of the path of a guide (install.md, or backup.md
-// after it), install or uninstall, in order, as one `bash -euo pipefail`
+// run runs the blocks of the path of a guide (install.md, or backup.md or
+// csi-addons.md after it), install or uninstall, in order, as one `bash -euo pipefail`
 // with the e2e's values set. The install starts in a fresh directory and
 // records where it ended; its uninstall and backup.md start there.
 func (g guideRun) run(t *testing.T, file string, uninstall bool, timeout time.Duration) {
@@ -216,11 +218,11 @@ func (g guideRun) run(t *testing.T, file string, uninstall bool, timeout time.Du
 		fmt.Fprintf(&script, "set +x\npwd >%s\n", shellQuote(cwdFile))
 	}
 	name := "install"
-	switch {
-	case uninstall:
-		name = "uninstall"
-	case file != installFile:
+	if file != installFile {
 		name = strings.TrimSuffix(filepath.Base(file), ".md")
+	}
+	if uninstall {
+		name = strings.TrimPrefix(name+"-uninstall", "install-")
 	}
 	scriptFile := filepath.Join(g.dir, ".guide-"+name+".sh")
 	if err := os.WriteFile(scriptFile, []byte(script.String()), 0o600); err != nil {
@@ -283,13 +285,15 @@ func (l *lineLogger) flush() {
 // values of step 1 are the e2e's: its cluster, its release, the machine's
 // options), through the guide's own check of a claim, a pod, a snapshot
 // and a restore, then turns changed-block tracking on as docs/backup.md
-// says. The scenarios after it run on that install. Last, the node plugin
+// says and adds the csi-addons sidecars as docs/csi-addons.md says (the
+// csi-addons controller is the e2e's, as a cluster's admin installs it). The scenarios after it run on that install. Last, the node plugin
 // is registered with kubelet.
 func TestAAInstallGuide(t *testing.T) {
 	g := loadGuideRun(t)
 	g.run(t, installFile, false, 20*time.Minute)
 	// Changed-block tracking on, as docs/backup.md turns it on.
 	g.run(t, backupFile, false, 10*time.Minute)
+	g.run(t, csiAddonsFile, false, 10*time.Minute)
 	k := &kube{t: t, e: loadEnv(t)}
 	eventually(t, shortWait, "kubelet listing the driver", func() (bool, string) {
 		var n storagev1.CSINode

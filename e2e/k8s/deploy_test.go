@@ -76,11 +76,12 @@ func TestDriverDeployed(t *testing.T) {
 	}
 
 	// No sidecar of the base manifests is missing but the two stood in for;
-	// csi-snapshot-metadata is there, as docs/backup.md added it.
+	// csi-snapshot-metadata is there, as docs/backup.md added it, and the
+	// csi-addons sidecars, as docs/csi-addons.md added them.
 	pods := driverPods(t, k)
 	want := map[string][]string{
-		"controller": {"rbdplugin", "csi-provisioner", "csi-attacher", "csi-resizer", "csi-snapshotter", "csi-snapshot-metadata"},
-		"node":       {"rbdplugin"},
+		"controller": {"rbdplugin", "csi-provisioner", "csi-attacher", "csi-resizer", "csi-snapshotter", "csi-snapshot-metadata", "csi-addons"},
+		"node":       {"rbdplugin", "csi-addons"},
 	}
 	for _, p := range pods {
 		component := p.Labels["app.kubernetes.io/component"]

@@ -119,8 +119,9 @@ spec:
 	nodePod := onePod(t, k, "rbdcsi-node", "node")
 	controllerPod := onePod(t, k, helmNamespace, "controller")
 
-	// The revision the upgrade starts from (docs/backup.md upgraded the
-	// install once already), which the rollback returns to.
+	// The revision the upgrade starts from (docs/backup.md and
+	// docs/csi-addons.md upgraded the install already), which the rollback
+	// returns to.
 	var st struct {
 		Version int `json:"version"`
 	}
@@ -165,6 +166,13 @@ spec:
 	if out := k.mustExec("reader", `[ "$(md5sum < /data/marker | cut -c1-32)" = "$(cat /data/marker.md5)" ] && echo same`); strings.TrimSpace(out) != "same" {
 		t.Errorf("the marker changed across the upgrade: %q", out)
 	}
+	// The upgrade and the rollback replaced the controller pod twice: as
+	// docs/csi-addons.md says after such a rollout, restart the csi-addons
+	// controller, which otherwise keeps dead connections to the replaced
+	// pods' sidecars and fails every ReclaimSpaceJob of a volume on their
+	// node (TestReclaimSpaceJob runs after this test).
+	k.must("--namespace", "csi-addons-system", "rollout", "restart", "deployment/csi-addons-controller-manager")
+	k.must("--namespace", "csi-addons-system", "rollout", "status", "deployment/csi-addons-controller-manager", "--timeout=90s")
 }
 
 // onePod is the one running pod of a driver component in namespace ns.

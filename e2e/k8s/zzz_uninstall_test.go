@@ -21,13 +21,17 @@ import (
 // every object of the driver: no object labelled app.kubernetes.io/name=rbdcsi
 // of any kind in any namespace, no CSIDriver, neither namespace, no Helm
 // release or release record; kubelet no longer lists the driver; and in
-// Ceph no node registry object and neither user.
+// Ceph no node registry object and none of the users (docs/csi-addons.md's
+// fencing user included).
 func TestZZZUninstallLeavesNothing(t *testing.T) {
 	final(t)
 	g := loadGuideRun(t)
 	e := loadEnv(t)
 	k := &kube{t: t, e: e}
 	saveDriverLogs(t, k, filepath.Join(e.work, "driver-logs-"+g.path))
+	// What docs/csi-addons.md made beside the driver (the fencing user),
+	// then the driver.
+	g.run(t, csiAddonsFile, true, 5*time.Minute)
 	g.run(t, installFile, true, 10*time.Minute)
 
 	// Every kind the API server lists (CRDs included), in one request.
@@ -72,6 +76,7 @@ func TestZZZUninstallLeavesNothing(t *testing.T) {
 		{"rados", "-p", guidePool, "stat", "rbdcsi.nodes"},
 		{"ceph", "auth", "get", "client." + g.values["CSI_USER"]},
 		{"ceph", "auth", "get", "client." + g.values["NODE_USER"]},
+		{"ceph", "auth", "get", "client.rbdcsi-fence"},
 	} {
 		if out, err := cephTry(e, probe[0], probe[1:]...); err == nil || !strings.Contains(out, "No such file or directory") && !strings.Contains(out, "ENOENT") && !strings.Contains(out, "failed to find") {
 			t.Errorf("after the uninstall, %s: %v: %s", strings.Join(probe, " "), err, out)

@@ -61,7 +61,7 @@ func runHelm(t *testing.T, args ...string) (stdout []byte, stderr string, err er
 // helmCRDKinds are the kinds of CRDs the chart's objects need, which
 // `helm install` finds in the cluster and `helm template` is told of.
 var helmCRDKinds = []string{"snapshot.storage.k8s.io/v1/VolumeSnapshotClass", "monitoring.coreos.com/v1/ServiceMonitor",
-	"cbt.storage.k8s.io/v1beta1/SnapshotMetadataService"}
+	"cbt.storage.k8s.io/v1beta1/SnapshotMetadataService", "csiaddons.openshift.io/v1alpha1/CSIAddonsNode"}
 
 // helmTemplate renders the chart as release rbdcsi in namespace rbdcsi
 // with the value files in order (later ones override earlier ones), for a

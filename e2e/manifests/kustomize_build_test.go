@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"os"
 	"path"
 	"slices"
 	"sort"
@@ -83,7 +84,7 @@ func TestKustomizeBuild(t *testing.T) {
 	baseFiles, snapFiles := loaded.inDir(kubernetesDir).keys(), loaded.inDir(snapshotDir).keys()
 
 	// Every kustomization under deploy/ is one of those rendered here.
-	rendered := []string{kubernetesDir, topologyDir, siteDir, snapshotDir, e2eDir, snapMetaDir}
+	rendered := []string{kubernetesDir, topologyDir, siteDir, snapshotDir, e2eDir, snapMetaDir, csiAddonsDir}
 	var shipped []string
 	for _, f := range yamlFiles(t, ".") {
 		if isKustomization(f) {
@@ -129,6 +130,42 @@ func TestKustomizeBuild(t *testing.T) {
 	cbtE2E := kustomizeBuild(t, fsys, "/deploy/cbt-e2e-site")
 	checkPluginArgs(t, "deploy/snapshot-metadata, then deploy/e2e: the controller plugin", controllerPlugin(t, cbtE2E), "--health-address=:9808")
 	checkSnapshotMetadataBuild(t, "deploy/snapshot-metadata, then deploy/e2e", cbtE2E)
+
+	addons := installedWithCSIAddons(t)
+	sameKeys(t, "deploy/site and deploy/snapshotclass with deploy/csi-addons", addons.keys(), union(inst, csiAddonsObjects(t)))
+	checkCSIAddonsBuild(t, "with deploy/csi-addons", addons)
+	addonsE2E := kustomizeBuild(t, fsys, "/deploy/addons-e2e-site")
+	checkCSIAddonsBuild(t, "deploy/csi-addons, then deploy/topology and deploy/e2e", addonsE2E)
+	checkPluginArgs(t, "deploy/csi-addons, then deploy/e2e: the node plugin", nodePlugin(t, addonsE2E),
+		"--domain-labels=topology.kubernetes.io/zone", "--default-mounter=fuse")
+}
+
+// checkCSIAddonsBuild: the component appended the csi-addons sidecar to
+// the controller and the node pods, after the containers that were there
+// (the plugin stays first), and both plugins serve the csi-addons socket.
+func checkCSIAddonsBuild(t *testing.T, what string, m *manifests) {
+	t.Helper()
+	for _, w := range workloads(m) {
+		var names []string
+		for _, c := range w.spec.Containers {
+			names = append(names, c.Name)
+		}
+		if len(names) < 2 || names[0] != "rbdplugin" || names[len(names)-1] != "csi-addons" {
+			t.Errorf("%s: %s's containers are %q, want the plugin first and the csi-addons sidecar last", what, w.name, names)
+		}
+		checkPluginArgs(t, what+": "+w.name, pluginContainer(t, w.spec), "--csi-addons-endpoint=unix:///csi/csi-addons.sock")
+	}
+}
+
+// csiAddonsObjects are the objects deploy/csi-addons adds.
+func csiAddonsObjects(t *testing.T) map[string]bool {
+	t.Helper()
+	data, err := os.ReadFile(csiAddonsDir + "/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &manifests{objects: decodeDocuments(t, strictDecoder(newScheme(t)), data, func([]byte) string { return csiAddonsDir + "/rbac.yaml" }, nil)}
+	return m.keys()
 }
 
 // checkSnapshotMetadataBuild: the component appended its sidecar to the

@@ -21,6 +21,7 @@ const (
 	snapshotDir   = "snapshotclass"
 	e2eDir        = "e2e"
 	snapMetaDir   = "snapshot-metadata"
+	csiAddonsDir  = "csi-addons"
 	siteUserValue = "helm/values/site.yaml"
 	originKey     = "config.kubernetes.io/origin"
 )
@@ -71,7 +72,7 @@ func siteUserFiles(t *testing.T) map[string]string {
 func deployFS(t *testing.T, site map[string]string) filesys.FileSystem {
 	t.Helper()
 	fsys := filesys.MakeFsInMemory()
-	for _, dir := range []string{kubernetesDir, topologyDir, siteDir, snapshotDir, e2eDir, snapMetaDir} {
+	for _, dir := range []string{kubernetesDir, topologyDir, siteDir, snapshotDir, e2eDir, snapMetaDir, csiAddonsDir} {
 		err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
 				return err
@@ -107,6 +108,9 @@ func deployFS(t *testing.T, site map[string]string) filesys.FileSystem {
 		"/deploy/installed-cbt": "resources: [../site, ../snapshotclass]\ncomponents: [../snapshot-metadata]\n" +
 			"buildMetadata: [originAnnotations]\n",
 		"/deploy/cbt-e2e-site": "resources: [../site]\ncomponents: [../snapshot-metadata, ../topology, ../e2e]\n",
+		"/deploy/installed-addons": "resources: [../site, ../snapshotclass]\ncomponents: [../csi-addons]\n" +
+			"buildMetadata: [originAnnotations]\n",
+		"/deploy/addons-e2e-site": "resources: [../site]\ncomponents: [../csi-addons, ../topology, ../e2e]\n",
 	} {
 		doc := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n" + k
 		if err := fsys.WriteFile(dir+"/kustomization.yaml", []byte(doc)); err != nil {
@@ -198,15 +202,23 @@ func installedWithSnapshotMetadata(t *testing.T) *manifests {
 	return kustomizeBuild(t, deployFS(t, nil), "/deploy/installed-cbt")
 }
 
+// installedWithCSIAddons is installed's install with the csi-addons
+// sidecars: the same with `components: [../csi-addons]`.
+func installedWithCSIAddons(t *testing.T) *manifests {
+	t.Helper()
+	return kustomizeBuild(t, deployFS(t, nil), "/deploy/installed-addons")
+}
+
 // eachInstall runs check, as a subtest, on each install kustomize makes
 // of the shipped files: without and with changed-block tracking, which
-// adds a sidecar to the controller pods.
+// adds a sidecar to the controller pods, and with the csi-addons
+// component, which adds one to the controller and the node pods.
 func eachInstall(t *testing.T, check func(*testing.T, *manifests)) {
 	t.Helper()
 	for _, in := range []struct {
 		name  string
 		build func(*testing.T) *manifests
-	}{{"site", installed}, {"site+snapshot-metadata", installedWithSnapshotMetadata}} {
+	}{{"site", installed}, {"site+snapshot-metadata", installedWithSnapshotMetadata}, {"site+csi-addons", installedWithCSIAddons}} {
 		t.Run(in.name, func(t *testing.T) { check(t, in.build(t)) })
 	}
 }

@@ -27,6 +27,8 @@ const (
 	livenessRepo    = sigStorage + "livenessprobe"
 	// With deploy/snapshot-metadata or the chart's snapshotMetadata.
 	snapshotMetadataRepo = sigStorage + "csi-snapshot-metadata"
+	// With deploy/csi-addons or the chart's csiAddons.
+	csiAddonsRepo = "quay.io/csiaddons/k8s-sidecar"
 )
 
 // sidecarMajors pins each sidecar's major version (the choice:

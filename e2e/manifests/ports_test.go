@@ -36,6 +36,17 @@ func checkWiring(t *testing.T, m *manifests) {
 			if grpcPort {
 				addr = ":" + addr
 			}
+			// The csi-addons sidecar listens on --controller-ip (every
+			// address when empty) and --controller-port. The manifests
+			// leave --controller-ip out: with it, v0.13.0 records an
+			// endpoint (<ip>:<port>) its controller cannot parse (only
+			// pod://<pod>.<namespace>:<port>). So in the hosts' network it
+			// listens on every address of the node; TLS and a token
+			// checked on every call guard it (docs/csi-addons.md).
+			addonsPort := flag == "controller-port"
+			if addonsPort {
+				addr = mustFlags(t, c)["controller-ip"] + ":" + addr
+			}
 			port, err := listenPort(addr)
 			if err != nil {
 				t.Errorf("%s/%s: --%s=%s: %v", w.name, c.Name, flag, addr, err)
@@ -43,7 +54,7 @@ func checkWiring(t *testing.T, m *manifests) {
 			}
 			// In the host's network namespace, ":port" would listen on
 			// every interface of the node.
-			if host, _, _ := net.SplitHostPort(addr); !grpcPort && w.spec.HostNetwork && (host == "" || host == "0.0.0.0" || host == "::") {
+			if host, _, _ := net.SplitHostPort(addr); !grpcPort && !addonsPort && w.spec.HostNetwork && (host == "" || host == "0.0.0.0" || host == "::") {
 				t.Errorf("%s/%s: --%s=%s listens on every interface of the node: use $(POD_IP) or 127.0.0.1", w.name, c.Name, flag, addr)
 			}
 			if other, dup := listening[port]; dup {
@@ -62,6 +73,7 @@ func checkWiring(t *testing.T, m *manifests) {
 				continue
 			}
 			listen(c, "port")
+			listen(c, "controller-port")
 			p := listen(c, "http-endpoint")
 			for what, probe := range map[string]*corev1.Probe{"livenessProbe": c.LivenessProbe, "readinessProbe": c.ReadinessProbe} {
 				if probe == nil {

@@ -134,6 +134,33 @@ var documentedRBAC = map[string]sidecarRBAC{
 		},
 		optional: []rule{secrets},
 	},
+	// The csi-addons sidecar: its release ships no RBAC of its own; these
+	// are the calls v0.13.0 makes, read from its source. It creates and
+	// watches its pod's CSIAddonsNode (sidecar/internal/csiaddonsnode:
+	// CreateOrUpdate, a Watch by name), gets its pod to find the object's
+	// owner, and in a Deployment's pod that pod's ReplicaSet; gets the PV
+	// a ReclaimSpace call names (internal/sidecar/service/reclaimspace.go);
+	// checks each caller's token (TokenReview); and, where the plugin has
+	// the controller service, elects a leader with a Lease. It gets the
+	// Secret a NetworkFenceClass names (the fencing Ceph user) and a PV's
+	// node-stage Secret, which the shipped classes do not name.
+	csiAddonsRepo: {
+		clusterRole: "rbdcsi-csi-addons",
+		tag:         "v0.13.0",
+		cluster: []rule{
+			{"", "persistentvolumes", []string{"get"}},
+			{"authentication.k8s.io", "tokenreviews", []string{"create"}},
+		},
+		namespaced: []rule{
+			{"csiaddons.openshift.io", "csiaddonsnodes", []string{"get", "watch", "create", "update"}},
+			{"", "pods", []string{"get"}},
+		},
+		optional: []rule{
+			leases,
+			{"apps", "replicasets", []string{"get"}},
+			{"", "secrets", []string{"get"}},
+		},
+	},
 	// node-driver-registrar and livenessprobe document that they need no
 	// Kubernetes API access.
 	registrarRepo: {},

@@ -42,14 +42,25 @@ func checkSocketPaths(t *testing.T, m *manifests) {
 		}
 		clients := 0
 		for _, c := range w.spec.Containers {
-			addr, ok := mustFlags(t, c)["csi-address"]
+			// The csi-addons sidecar talks to the plugin's csi-addons
+			// socket, which the plugin serves with --csi-addons-endpoint.
+			flag, serve := "csi-address", endpoint
+			if _, ok := mustFlags(t, c)["csi-addons-address"]; ok {
+				flag = "csi-addons-address"
+				var err error
+				if serve, err = unixPath(mustFlags(t, plugin)["csi-addons-endpoint"]); err != nil {
+					t.Errorf("%s/%s: the plugin's --csi-addons-endpoint: %v", w.name, c.Name, err)
+					continue
+				}
+			}
+			addr, ok := mustFlags(t, c)[flag]
 			if !ok {
 				continue
 			}
 			clients++
 			p, err := unixPath(addr)
 			if err != nil {
-				t.Errorf("%s/%s: --csi-address: %v", w.name, c.Name, err)
+				t.Errorf("%s/%s: --%s: %v", w.name, c.Name, flag, err)
 				continue
 			}
 			v, _, rel, err := resolve(w.spec, c, p)
@@ -57,9 +68,14 @@ func checkSocketPaths(t *testing.T, m *manifests) {
 				t.Errorf("%s: %v", w.name, err)
 				continue
 			}
-			if v.Name != sockVol.Name || rel != sockRel {
-				t.Errorf("%s/%s: --csi-address=%s is %s:%s, the plugin listens on %s:%s",
-					w.name, c.Name, addr, v.Name, rel, sockVol.Name, sockRel)
+			wantVol, _, wantRel, err := resolve(w.spec, plugin, serve)
+			if err != nil {
+				t.Errorf("%s: %v", w.name, err)
+				continue
+			}
+			if v.Name != wantVol.Name || rel != wantRel {
+				t.Errorf("%s/%s: --%s=%s is %s:%s, the plugin listens on %s:%s",
+					w.name, c.Name, flag, addr, v.Name, rel, wantVol.Name, wantRel)
 			}
 		}
 		// Every container but the plugin talks to it.

@@ -16,7 +16,7 @@ func TestTokensOnlyWhereTheAPIIsCalled(t *testing.T) { eachInstall(t, checkToken
 func checkTokens(t *testing.T, m *manifests) {
 	t.Helper()
 	const tokenDir = "/var/run/secrets/kubernetes.io/serviceaccount"
-	callers := []string{provisionerRepo, attacherRepo, resizerRepo, snapshotterRepo, snapshotMetadataRepo}
+	callers := []string{provisionerRepo, attacherRepo, resizerRepo, snapshotterRepo, snapshotMetadataRepo, csiAddonsRepo}
 	for _, w := range workloads(m) {
 		if a := w.spec.AutomountServiceAccountToken; a == nil || *a {
 			t.Errorf("%s: automountServiceAccountToken must be false", w.name)

@@ -168,6 +168,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- if and .Values.snapshotMetadata.enabled (not (.Capabilities.APIVersions.Has "cbt.storage.k8s.io/v1beta1/SnapshotMetadataService")) -}}
 {{- fail "snapshotMetadata.enabled: the SnapshotMetadataService CRD is not installed in this cluster (no cbt.storage.k8s.io/v1beta1 SnapshotMetadataService): install it from the external-snapshot-metadata project (docs/backup.md), or set snapshotMetadata.enabled: false. helm template: --api-versions cbt.storage.k8s.io/v1beta1/SnapshotMetadataService" -}}
 {{- end -}}
+{{- if and .Values.csiAddons.enabled (not (.Capabilities.APIVersions.Has "csiaddons.openshift.io/v1alpha1/CSIAddonsNode")) -}}
+{{- fail "csiAddons.enabled: the csi-addons CRDs are not installed in this cluster (no csiaddons.openshift.io/v1alpha1 CSIAddonsNode): install them and the csi-addons controller first (docs/csi-addons.md), or set csiAddons.enabled: false. helm template: --api-versions csiaddons.openshift.io/v1alpha1/CSIAddonsNode" -}}
+{{- end -}}
 {{- if and .Values.metrics.enabled .Values.metrics.serviceMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor")) -}}
 {{- fail "metrics.serviceMonitor.enabled: the Prometheus Operator's CRDs are not installed in this cluster (no monitoring.coreos.com/v1 ServiceMonitor): install them, or set metrics.serviceMonitor.enabled: false. helm template: --api-versions monitoring.coreos.com/v1/ServiceMonitor" -}}
 {{- end -}}
