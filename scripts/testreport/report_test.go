@@ -266,3 +266,28 @@ func TestKernelTestListPlacesEveryNodeTest(t *testing.T) {
 		t.Errorf("found only %d tests in e2e/node: the pattern no longer matches", found)
 	}
 }
+
+// Every section of the project's lists that names tests to run gives its
+// go test arguments: a section the steps cannot turn into -run and -skip
+// (excluded names of different depths, say) fails here, not in a guest.
+func TestListsGiveArgs(t *testing.T) {
+	for _, list := range []string{"../kernel-test.tests", "../ceph-matrix.tests", "../k8s-e2e.tests"} {
+		f, err := os.Open(list)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sections, err := parseList(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", list, err)
+		}
+		for name, s := range sections {
+			if name == "host-only" {
+				continue // names what no guest runs
+			}
+			if _, err := s.args(); err != nil {
+				t.Errorf("%s [%s]: %v", filepath.Base(list), name, err)
+			}
+		}
+	}
+}
