@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -77,24 +76,12 @@ func (c *Controller) ControllerListVolumeHealth(ctx context.Context, req *csi.Co
 		// It lists every pool the controller's own user can read.
 		return nil, status.Error(codes.Unimplemented, "ControllerListVolumeHealth needs controller credentials (--controller-secret-dir)")
 	}
-	if req.GetMaxEntries() < 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "max_entries must not be negative, got %d", req.GetMaxEntries())
-	}
-	after := req.GetStartingToken()
-	if after != "" {
-		if _, err := volid.DecodeVolume(after); err != nil {
-			return nil, status.Errorf(codes.Aborted, "starting token %.130q was not returned by this driver; start the listing again", after)
-		}
-	}
 	// The pools are walked once per listing, as ListVolumes does (pages).
+	after := req.GetStartingToken()
 	scope := "health\x00" + pagesScope(req.GetSecrets())
-	ids, cached := c.volPages.get(scope, after)
-	if !cached || after == "" {
-		all, err := c.volumeIDs(ctx)
-		if err != nil {
-			return nil, err
-		}
-		ids = all[sort.Search(len(all), func(i int) bool { return all[i].String() > after }):]
+	ids, cached, err := c.volumesAfter(ctx, scope, req.GetMaxEntries(), after)
+	if err != nil {
+		return nil, err
 	}
 	fences, err := c.volumeFences(ctx)
 	if err != nil {

@@ -5,10 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"sync"
-	"sync/atomic"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -79,22 +78,10 @@ func (c *Controller) ListVolumes(ctx context.Context, req *csi.ListVolumesReques
 	if c.cred == nil {
 		return nil, status.Error(codes.Unimplemented, "ListVolumes needs controller credentials (--controller-secret-dir)")
 	}
-	if req.GetMaxEntries() < 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "max_entries must not be negative, got %d", req.GetMaxEntries())
-	}
 	after := req.GetStartingToken()
-	if after != "" {
-		if _, err := volid.DecodeVolume(after); err != nil {
-			return nil, status.Errorf(codes.Aborted, "starting token %.130q was not returned by this driver; start the listing again", after)
-		}
-	}
-	ids, ok := c.volPages.get("", after)
-	if !ok || after == "" {
-		all, err := c.volumeIDs(ctx)
-		if err != nil {
-			return nil, err
-		}
-		ids = all[sort.Search(len(all), func(i int) bool { return all[i].String() > after }):]
+	ids, ok, err := c.volumesAfter(ctx, "", req.GetMaxEntries(), after)
+	if err != nil {
+		return nil, err
 	}
 	resp := &csi.ListVolumesResponse{}
 	limit := int(req.GetMaxEntries())
@@ -156,34 +143,43 @@ const listReads = 8
 // readAll runs read(i) for every i in [0, n), listReads at a time; the
 // first error stops the reads not yet started and is returned.
 func readAll(parent context.Context, n int, read func(ctx context.Context, i int) error) error {
-	ctx, cancel := context.WithCancel(parent)
-	defer cancel()
-	var next atomic.Int64
-	var once sync.Once
-	var first error
-	var wg sync.WaitGroup
-	for range min(listReads, n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || ctx.Err() != nil {
-					return
-				}
-				if err := read(ctx, i); err != nil {
-					once.Do(func() { first = err; cancel() })
-					return
-				}
-			}
-		}()
+	g, ctx := errgroup.WithContext(parent)
+	g.SetLimit(listReads)
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		g.Go(func() error { return read(ctx, i) })
 	}
-	wg.Wait()
-	if first == nil && parent.Err() != nil {
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if parent.Err() != nil {
 		// Ended before a read could fail: the page is not whole.
 		return status.FromContextError(parent.Err()).Err()
 	}
-	return first
+	return nil
+}
+
+// volumesAfter checks a volume listing's max_entries and starting token
+// and returns the volume IDs after the token: what the page before left
+// for it (pages.go, under scope), or, at the first page or for a token
+// not held, a walk of every pool. cached says which.
+func (c *Controller) volumesAfter(ctx context.Context, scope string, maxEntries int32, after string) (ids []volid.Volume, cached bool, err error) {
+	if maxEntries < 0 {
+		return nil, false, status.Errorf(codes.InvalidArgument, "max_entries must not be negative, got %d", maxEntries)
+	}
+	if after != "" {
+		if _, err := volid.DecodeVolume(after); err != nil {
+			return nil, false, status.Errorf(codes.Aborted, "starting token %.130q was not returned by this driver; start the listing again", after)
+		}
+	}
+	ids, cached = c.volPages.get(scope, after)
+	if cached && after != "" {
+		return ids, true, nil
+	}
+	all, err := c.volumeIDs(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	return all[sort.Search(len(all), func(i int) bool { return all[i].String() > after }):], cached, nil
 }
 
 // volumeIDs lists every volume image, sorted by ID. Pools the controller's
