@@ -48,11 +48,7 @@ func (c *Controller) ControllerGetVolumeHealth(ctx context.Context, req *csi.Con
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
 	}
-	vol, err := volid.DecodeVolume(id)
-	if err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist", id)
-	}
-	pool, err := c.pool(vol.ClusterID, vol.Pool, req.GetSecrets())
+	vol, pool, err := c.volumeAt(id, req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}

@@ -258,11 +258,7 @@ func (c *Controller) ControllerGetVolume(ctx context.Context, req *csi.Controlle
 		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
 	}
 	// Ours or a static volume's: the ID is all this call carries.
-	vol, err := volid.DecodeVolume(id)
-	if err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume %.130q does not exist", id)
-	}
-	pool, err := c.pool(vol.ClusterID, vol.Pool, nil)
+	vol, pool, err := c.volumeAt(id, nil)
 	if err != nil {
 		return nil, err
 	}

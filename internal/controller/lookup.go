@@ -22,11 +22,7 @@ import (
 // pool and takes the volume's try-lock. The ID may name a static volume's
 // image (see static.go).
 func (c *Controller) lockVolume(id string, secrets map[string]string) (volid.Volume, rbd.Pool, func(), error) {
-	vol, err := volid.DecodeVolume(id)
-	if err != nil {
-		return volid.Volume{}, rbd.Pool{}, nil, status.Errorf(codes.NotFound, "volume %.130q does not exist", id)
-	}
-	pool, err := c.pool(vol.ClusterID, vol.Pool, secrets)
+	vol, pool, err := c.volumeAt(id, secrets)
 	if err != nil {
 		return volid.Volume{}, rbd.Pool{}, nil, err
 	}
@@ -35,6 +31,17 @@ func (c *Controller) lockVolume(id string, secrets map[string]string) (volid.Vol
 		return volid.Volume{}, rbd.Pool{}, nil, pending("volume " + id)
 	}
 	return vol, pool, release, nil
+}
+
+// volumeAt decodes a volume ID (NotFound if it is not one) and resolves
+// its pool with the request's secrets, or the controller's own.
+func (c *Controller) volumeAt(id string, secrets map[string]string) (volid.Volume, rbd.Pool, error) {
+	vol, err := volid.DecodeVolume(id)
+	if err != nil {
+		return volid.Volume{}, rbd.Pool{}, status.Errorf(codes.NotFound, "volume %.130q does not exist", id)
+	}
+	pool, err := c.pool(vol.ClusterID, vol.Pool, secrets)
+	return vol, pool, err
 }
 
 // stat returns a volume's image, or NotFound: one named like ours must be
