@@ -40,7 +40,7 @@ func TestFullPoolIsResourceExhausted(t *testing.T) {
 	lift := func() {
 		if !lifted {
 			lifted = true
-			_, _ = c.Ceph("osd", "pool", "set-quota", c.Pool, "max_bytes", "0")
+			c.CephRepair(t, "osd", "pool", "set-quota", c.Pool, "max_bytes", "0")
 			c.WaitHealth(t, "no full pool", func(h string) bool { return !strings.Contains(h, "full") })
 		}
 	}

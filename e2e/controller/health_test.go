@@ -64,9 +64,7 @@ func TestVolumeHealthOfInactivePlacementGroups(t *testing.T) {
 	harness.Must(t, err, "ceph osd ls: %s", osds)
 	more := strconv.Itoa(len(strings.Fields(osds)) + 1)
 	set := func(what, val string) {
-		if out, err := e.c.Ceph("osd", "pool", "set", e.c.Pool, what, val, "--yes-i-really-mean-it"); err != nil {
-			t.Errorf("ceph osd pool set %s %s: %v: %s", what, val, err, out)
-		}
+		e.c.CephRepair(t, "osd", "pool", "set", e.c.Pool, what, val, "--yes-i-really-mean-it")
 	}
 	// Ceph calls placement groups stuck after mon_pg_stuck_threshold
 	// (a minute); five seconds keep the test short.
@@ -81,8 +79,10 @@ func TestVolumeHealthOfInactivePlacementGroups(t *testing.T) {
 		restored = true
 		set("min_size", minSize)
 		set("size", size)
-		_, _ = e.c.Ceph("config", "rm", "global", "mon_pg_stuck_threshold")
-		e.c.WaitHealth(t, "active placement groups", func(h string) bool { return !strings.Contains(h, "inactive") })
+		// Active again before the threshold goes: without it `ceph
+		// health` would stop naming the groups long before they serve.
+		e.c.WaitPoolActive(t, e.c.Pool)
+		e.c.CephRepair(t, "config", "rm", "global", "mon_pg_stuck_threshold")
 	}
 	t.Cleanup(restore)
 	set("size", more)

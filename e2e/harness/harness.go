@@ -408,20 +408,6 @@ func (c Cluster) Rados(args ...string) (string, error) { return c.admin("rados",
 // Ceph runs the ceph CLI as admin.
 func (c Cluster) Ceph(args ...string) (string, error) { return c.admin("ceph", args...) }
 
-// WaitHealth polls `ceph health` until match says yes (bounded).
-func (c Cluster) WaitHealth(t testing.TB, what string, match func(health string) bool) {
-	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		out, err := c.Ceph("health")
-		if err == nil && match(out) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster never got %s: %s %v", what, out, err)
-		}
-	}
-}
-
 // WatchSecret samples the command line of every process, and the
 // environment of the plugin and its children, until the returned function
 // is called, which reports where secret was seen: keys must travel in 0600
