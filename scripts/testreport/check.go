@@ -138,7 +138,26 @@ func (v *verdict) summary() string {
 	if other := len(v.Failed) + len(v.NotRun) + len(v.Unlisted) + len(v.WrongSkip); other > 0 || v.PackageFailed {
 		s += fmt.Sprintf("; failed %d, not run %d, not listed %d, wrong skips %d", len(v.Failed), len(v.NotRun), len(v.Unlisted), len(v.WrongSkip))
 	}
+	if names := firstFailed(v.Failed, 8); names != "" {
+		s += "; failing: " + names
+	}
 	return s
+}
+
+// firstFailed names up to n failed top-level tests in the summary line,
+// the last a log's reader is sure to see (the failures' own lines may be
+// far above it).
+func firstFailed(failed []string, n int) string {
+	var top []string
+	for _, f := range failed {
+		if !strings.Contains(f, "/") {
+			top = append(top, f)
+		}
+	}
+	if len(top) > n {
+		return strings.Join(top[:n], ", ") + fmt.Sprintf(" and %d more", len(top)-n)
+	}
+	return strings.Join(top, ", ")
 }
 
 func tail(lines []string, n int) []string {
