@@ -149,6 +149,12 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 syncFrequency: 10s
 fileCheckFrequency: 10s
+# The volume health manager (alpha; docs/operations.md, "Volume health")
+# writes NodeGetVolumeHealth into pods' status and NodeGetStorageHealth into
+# the CSINode's, probing every volumeStatsAggPeriod (default 1m): e2e/k8s's
+# health tests wait less.
+featureGates: {CSIVolumeHealth: true}
+volumeStatsAggPeriod: 15s
 EOF
 	cat >"$DIR/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1

@@ -302,6 +302,8 @@ cmd_up() {
 	start_daemon containerd containerd --config "$DIR/containerd/config.toml"
 	wait_until "etcd" 30 etcd curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
 
+	# CSIVolumeHealth: the pods' and CSINodes' health fields, which the
+	# kubelet fills (kubelet.yaml).
 	start_daemon kube-apiserver "$BIN/kube-apiserver" \
 		--etcd-servers="http://127.0.0.1:$ETCD_PORT" \
 		--bind-address="$NODE_IP" --advertise-address="$NODE_IP" --secure-port="$APISERVER_PORT" \
@@ -314,7 +316,7 @@ cmd_up() {
 		--service-cluster-ip-range="$SERVICE_CIDR" \
 		--service-account-issuer=https://kubernetes.default.svc.cluster.local \
 		--service-account-key-file="$DIR/pki/sa.pub" --service-account-signing-key-file="$DIR/pki/sa.key" \
-		--profiling=false --v=1
+		--feature-gates=CSIVolumeHealth=true --profiling=false --v=1
 	wait_until "the apiserver" 90 kube-apiserver kubectl get --raw /readyz
 
 	start_daemon kube-controller-manager "$BIN/kube-controller-manager" \
