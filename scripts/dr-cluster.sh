@@ -49,6 +49,15 @@ usage() {
 # site_dir SITE: the cluster directory of site a or b.
 site_dir() { echo "$DIR/$1"; }
 
+# site_addr SITE: the address site a or b listens on.
+site_addr() {
+	case $1 in
+	a) echo "$ADDR_A" ;;
+	b) echo "$ADDR_B" ;;
+	*) die "no site $1" ;;
+	esac
+}
+
 rbd_at() {
 	local site=$1
 	shift
@@ -72,14 +81,20 @@ mirror_pid() {
 # (it does not read -c for that connection); -c in its command line names
 # the site for mirror_pid. It looks for new images and peers, and reports
 # on each image, every MIRROR_INTERVAL seconds instead of 30: the tests
-# wait for those reports.
+# wait for those reports. It reaches both clusters from its own site's
+# address, as an rbd-mirror on a host of its site would (scripts/sourceaddr.c,
+# built by cmd_up): else every client on this machine comes from
+# 127.0.0.1, and the peer's rbd-mirror, which watches a primary image it
+# replays, would look like the test's node plugin to a detach's fence,
+# which tells them apart by address (internal/controller/fence.go).
 start_mirror() {
 	local site=$1 d pid i
 	d=$(site_dir "$site")
 	[[ -n $(mirror_pid "$site") ]] && return 0
 	(
 		cd "$d"
-		CEPH_CONF=$d/ceph.conf exec setsid rbd-mirror -c "$d/ceph.conf" --id admin -f \
+		LD_PRELOAD=$DIR/sourceaddr.so RBDCSI_SOURCE_ADDR=$(site_addr "$site") \
+			CEPH_CONF=$d/ceph.conf exec setsid rbd-mirror -c "$d/ceph.conf" --id admin -f \
 			--log-file "$d/log/rbd-mirror.log" --admin-socket "$d/run/rbd-mirror.asok" \
 			--rbd_mirror_image_state_check_interval "$MIRROR_INTERVAL" \
 			--rbd_mirror_pool_replayers_refresh_interval "$MIRROR_INTERVAL" \
@@ -156,6 +171,13 @@ cmd_up() {
 		rbd_at b mirror pool peer bootstrap import --site-name site-b --direction rx-tx "$POOL" "$DIR/token" 2>>"$DIR/b.up.log" >/dev/null
 		rm -f "$DIR/token"
 		if ! peered a || ! peered b; then die "the pools did not peer"; fi
+	fi
+	# Built once per DIR, and moved in whole: a running rbd-mirror of an
+	# earlier up maps it.
+	if [[ ! -e $DIR/sourceaddr.so ]]; then
+		# runs: gcc
+		gcc -shared -fPIC -O2 -Wall -o "$DIR/sourceaddr.so.tmp" "$here/sourceaddr.c" -ldl
+		mv "$DIR/sourceaddr.so.tmp" "$DIR/sourceaddr.so"
 	fi
 	start_mirror a
 	start_mirror b

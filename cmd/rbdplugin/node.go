@@ -71,6 +71,7 @@ func startNode(ctx context.Context, f flags, w wiring) (*nodeService, error) {
 	if reg != nil {
 		nb.fence = w.backend
 		nb.unfence = nodereg.NewUnfencer(reg, w.backend, f.nodeID)
+		nb.addresses, nb.clientAddr = reg, w.backend
 	}
 	topology, crush, err := f.topology.place(ctx, f.driverName, f.nodeID)
 	if err != nil {
@@ -93,16 +94,19 @@ func startNode(ctx context.Context, f flags, w wiring) (*nodeService, error) {
 }
 
 // nodeBackend is what the node reads and changes in Ceph: attachments
-// (fence) and its own fences' lift (unfence), both only with the node
+// (fence), its own fences' lift (unfence) and its client address per
+// cluster (addresses, read with clientAddr), all only with the node
 // registry, encrypted volumes' key records (images), the pools' health
 // (pools) and the blocklist (blocklist); lifts counts the lifts.
 type nodeBackend struct {
-	fence     node.Fence
-	unfence   node.Unfence
-	lifts     node.LiftObserver
-	images    node.Images
-	pools     node.Pools
-	blocklist node.Blocklist
+	fence      node.Fence
+	unfence    node.Unfence
+	addresses  node.AddressRegistry
+	clientAddr node.ClientAddress
+	lifts      node.LiftObserver
+	images     node.Images
+	pools      node.Pools
+	blocklist  node.Blocklist
 }
 
 // newNode builds the Node service and the health checks it adds to Probe.
@@ -173,6 +177,8 @@ func newNode(f flags, clusters *cluster.Map, backend nodeBackend, kmsConfig kms.
 		Clusters:                 clusters,
 		Fence:                    backend.fence,
 		Unfence:                  backend.unfence,
+		Addresses:                backend.addresses,
+		ClientAddress:            backend.clientAddr,
 		Lifts:                    backend.lifts,
 		Fault:                    fault,
 		CgroupRoot:               nf.cgroupRoot,

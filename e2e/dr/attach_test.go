@@ -1,9 +1,9 @@
 package dr
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -22,13 +22,10 @@ import (
 func TestPublishAfterRelocation(t *testing.T) {
 	t.Parallel() // after TestFailoverAndFailback, which cuts site a off
 	ca, cb := clusters(t)
-	registry := func(c harness.Cluster) []string {
-		return []string{"--node-registry", c.ClusterID + "/" + c.Pool, "--node-registry-ttl", "30s"}
-	}
-	a := start(t, "a", ca, cb.ClusterID, append(registry(ca), "--controller-secret-dir", harness.WriteControllerSecretDir(t, ca))...)
-	b := start(t, "b", cb, ca.ClusterID, append(registry(cb), "--controller-secret-dir", harness.WriteControllerSecretDir(t, cb))...)
-	a.startNode(t, append(registry(ca), "--nodeid", "dr-attach-a")...)
-	nodeB := b.startNode(t, append(registry(cb), "--nodeid", "dr-attach-b")...)
+	a := start(t, "a", ca, cb.ClusterID, append(registryArgs(ca), "--controller-secret-dir", harness.WriteControllerSecretDir(t, ca))...)
+	b := start(t, "b", cb, ca.ClusterID, append(registryArgs(cb), "--controller-secret-dir", harness.WriteControllerSecretDir(t, cb))...)
+	a.startNode(t, append(registryArgs(ca), "--nodeid", "dr-attach-a")...)
+	nodeB := b.startNode(t, append(registryArgs(cb), "--nodeid", "dr-attach-b")...)
 	id := a.createVolume(t, b, "dr-attach", 8*mib)
 	image := imageOf(t, id)
 	rwo := &csi.VolumeCapability{
@@ -78,20 +75,25 @@ func TestPublishAfterRelocation(t *testing.T) {
 	_, err = nodeB.NodeUnstageVolume(ctx(t), &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
 	harness.Must(t, err, "NodeUnstage on B's node")
 
+	// The detach on B while A's rbd-mirror replays B's copy, and so
+	// watches it (from site A's address): B's node recorded the address it
+	// reaches B from at its stage, and the fence of that node's clients
+	// (none left: it unstaged) leaves A's rbd-mirror alone.
 	a.waitReplaying(t, image)
+	siteA := siteIP(t, ca)
+	mirrorA := slices.IndexFunc(cb.Watchers(t, image), func(w string) bool { return ipOf(w) == siteA })
+	if mirrorA < 0 {
+		t.Fatalf("A's rbd-mirror does not watch B's copy from site A's address %s: %v", siteA, cb.Watchers(t, image))
+	}
+	unpublish(b, "dr-attach-b")
+	for addr := range cb.Blocklist(t) {
+		if ipOf(addr) == siteA {
+			t.Fatalf("the detach on B blocklisted A's rbd-mirror: %s", addr)
+		}
+	}
 	harness.Must(t, b.disable(t, id), "Disable on B")
 	eventually(t, "A's copy removed", 2*time.Minute, func() (bool, string) { return !a.has(image), "still there" })
 	unpublish(a, "dr-attach-a") // A's copy is gone: its index entry goes
-	// The detach on B waits until nothing has B's copy open: while A's
-	// rbd-mirror replays it, it watches the primary image, and the detach
-	// of a single-node writer fences every client that has the image open
-	// (it cannot tell a peer's rbd-mirror from a stale mapping of the
-	// node: a known limit, docs/disaster-recovery.md).
-	eventually(t, "B's copy without watchers", time.Minute, func() (bool, string) {
-		w := b.watchers(t, image)
-		return w == 0, fmt.Sprintf("%d watchers", w)
-	})
-	unpublish(b, "dr-attach-b")
 	_, err = b.cc.DeleteVolume(ctx(t), deleteReq(b, id))
 	harness.Must(t, err, "DeleteVolume on B, with A's record on the copy")
 }

@@ -8,6 +8,7 @@ package controller
 
 import (
 	"context"
+	"net/netip"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -28,9 +29,10 @@ type Clusters interface {
 	All() []cluster.Cluster
 }
 
-// Nodes tells which nodes exist, indexes what is attached to each and
+// Nodes tells which nodes exist, indexes what is attached to each,
 // records the fences of nodes that still had a volume open when it was
-// detached from them (internal/nodereg implements it).
+// detached from them, and tells the address each node reaches a cluster
+// from (internal/nodereg implements it).
 type Nodes interface {
 	Lookup(ctx context.Context, nodeID string) (nodereg.Node, bool, error)
 	Attachments(ctx context.Context, nodeID string) ([]string, error)
@@ -39,6 +41,7 @@ type Nodes interface {
 	AddFence(ctx context.Context, nodeID, volumeID string, f nodereg.Fence) error
 	VolumeFences(ctx context.Context) (map[string]map[string]nodereg.Fence, error)
 	DropExpiredFences(ctx context.Context) (int, error)
+	ClientIP(ctx context.Context, nodeID, clusterID string) (netip.Addr, bool, error)
 }
 
 // DefaultFenceExpiry is how long a fenced client stays blocklisted unless

@@ -3,6 +3,7 @@ package controller_test
 import (
 	"bytes"
 	"context"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -25,6 +26,9 @@ func (oneNode) AddFence(context.Context, string, string, nodereg.Fence) error {
 	return nil
 }
 func (oneNode) DropExpiredFences(context.Context) (int, error) { return 0, nil }
+func (oneNode) ClientIP(context.Context, string, string) (netip.Addr, bool, error) {
+	return netip.Addr{}, false, nil
+}
 func (oneNode) VolumeFences(context.Context) (map[string]map[string]nodereg.Fence, error) {
 	return nil, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -33,10 +34,12 @@ const fenceSettle = 3 * time.Second
 // controller's own connections is taken for such a mapping: a watcher (a
 // node that still reaches the cluster), or the holder of the exclusive
 // lock (a node cut off for longer than the OSDs keep its watch, which
-// would write again when it is back). The fence is recorded before the
-// blocklist entries are added, so a crash between them leaves a record
-// the node can lift; its failure keeps the attachment (the caller removes
-// the record only after this returns nil).
+// would write again when it is back); on a mirrored image, where the
+// node's address is known, only the watchers at it and the lock holder
+// (fenceable). The fence is recorded before the blocklist entries are
+// added, so a crash between them leaves a record the node can lift; its
+// failure keeps the attachment (the caller removes the record only after
+// this returns nil).
 func (c *Controller) fence(ctx context.Context, pool rbd.Pool, vol volid.Volume, id, node string) error {
 	clients, err := c.backend.Clients(ctx, pool, vol.Image)
 	if errors.Is(err, rbd.ErrNotFound) {
@@ -45,18 +48,19 @@ func (c *Controller) fence(ctx context.Context, pool rbd.Pool, vol volid.Volume,
 	if err != nil {
 		return cephStatus(fmt.Errorf("reading which clients have volume %s open before detaching it from node %s: %w", id, node, err))
 	}
+	clients = slices.DeleteFunc(clients, func(cl rbd.Client) bool { return cl.Own })
+	if len(clients) == 0 {
+		return nil // the node unmapped it: a normal detach
+	}
 	var addrs, locking []string
-	for _, cl := range clients {
-		if cl.Own {
-			continue
-		}
+	for _, cl := range c.fenceable(ctx, pool, vol, id, node, clients) {
 		addrs = append(addrs, cl.Addr)
 		if cl.Lock {
 			locking = append(locking, cl.Addr)
 		}
 	}
 	if len(addrs) == 0 {
-		return nil // the node unmapped it: a normal detach
+		return nil // only the peer site's rbd-mirror has it open
 	}
 	slices.Sort(addrs)
 	expiry := c.opts.FenceExpiry
@@ -124,4 +128,86 @@ func (c *Controller) fenceFailed(id, node string, addrs []string, err error) err
 	// A refusal names the user and the cap itself (rbd.RefusedAt).
 	return status.Errorf(code, "volume %s stays attached to node %s: the node still has it open (clients %s) and fencing them failed: %v",
 		id, node, strings.Join(addrs, ", "), err)
+}
+
+// fenceable narrows the clients to fence to the node's where they can be
+// told apart. While a peer site replays a mirrored image, its rbd-mirror
+// watches the primary (as the peer's user) from the address of the peer's
+// host: no mapping of the node, and a fence would blocklist it and leave a
+// record that no node lifts. The node records at each stage the IP its
+// Ceph clients reach the cluster from (internal/nodereg), and every client
+// of its mappings learns that IP from its monitor session: the watchers
+// at it are the node's. The holder of the exclusive lock is fenced
+// whatever its address, as only a writer takes it. Anything unknown (an
+// image not mirrored, no address recorded, a read that fails) fences
+// every client: a fence too wide costs the peer's rbd-mirror its client
+// until it reconnects, one too narrow lets a stale mapping write.
+func (c *Controller) fenceable(ctx context.Context, pool rbd.Pool, vol volid.Volume, id, node string, clients []rbd.Client) []rbd.Client {
+	ip, mirrored, err := c.mirroredNodeIP(ctx, pool, vol, node)
+	switch {
+	case err != nil:
+		klog.ErrorS(err, "cannot tell the node's clients of a mirrored image from the peer site's rbd-mirror: fencing every client", "volumeID", id, "node", node)
+		return clients
+	case !mirrored:
+		return clients
+	case !ip.IsValid():
+		klog.V(1).InfoS("the node recorded no client address for the volume's cluster: fencing every client of the mirrored image, the peer site's rbd-mirror too", "volumeID", id, "node", node)
+		return clients
+	}
+	var fence []rbd.Client
+	var skipped []string
+	for _, cl := range clients {
+		// An address that does not parse is fenced: it might be the node's.
+		if at, ok := clientIP(cl.Addr); cl.Lock || !ok || at == ip {
+			fence = append(fence, cl)
+		} else {
+			skipped = append(skipped, cl.Addr)
+		}
+	}
+	if len(skipped) > 0 {
+		klog.V(1).InfoS("not fencing the watchers at other addresses of a mirrored image: taken for the peer site's rbd-mirror",
+			"volumeID", id, "node", node, "nodeAddress", ip, "skipped", skipped)
+	}
+	return fence
+}
+
+// mirroredNodeIP reports whether the image is mirrored and, if it is, the
+// address the node recorded for the volume's cluster (invalid if none).
+// The key is the cluster map entry's own clusterID, which the node
+// resolves the volume ID to as well: on a mirror site, a volume ID may
+// carry the peer's.
+func (c *Controller) mirroredNodeIP(ctx context.Context, pool rbd.Pool, vol volid.Volume, node string) (netip.Addr, bool, error) {
+	mi, err := c.backend.MirrorInfo(ctx, pool, vol.Image)
+	if errors.Is(err, rbd.ErrNotMirrored) || (err == nil && !mi.Enabled()) {
+		return netip.Addr{}, false, nil
+	}
+	if err != nil {
+		return netip.Addr{}, false, fmt.Errorf("reading the mirroring of image %s: %w", vol.Image, err)
+	}
+	entry, err := c.clusters.Lookup(vol.ClusterID)
+	if err != nil {
+		return netip.Addr{}, true, err
+	}
+	ip, ok, err := c.nodes.ClientIP(ctx, node, entry.ClusterID)
+	if err != nil {
+		return netip.Addr{}, true, fmt.Errorf("reading the node's client address in the node registry: %w", err)
+	}
+	if !ok {
+		return netip.Addr{}, true, nil
+	}
+	return ip, true, nil
+}
+
+// clientIP is the IP of a client's address ("ip:port/nonce", as Clients
+// gives it).
+func clientIP(addr string) (netip.Addr, bool) {
+	hostPort, _, ok := strings.Cut(addr, "/")
+	if !ok {
+		return netip.Addr{}, false
+	}
+	ap, err := netip.ParseAddrPort(hostPort)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return ap.Addr().Unmap(), true
 }

@@ -26,8 +26,10 @@ type fenceEnv struct {
 	up  *upkeep
 }
 
-func newFenceEnv(t *testing.T, o controller.Options) *fenceEnv {
-	e := newEnv(t)
+func newFenceEnv(t *testing.T, o controller.Options) *fenceEnv { return fenceEnvOn(t, newEnv(t), o) }
+
+// fenceEnvOn is newFenceEnv on an env made beforehand (its wrap set).
+func fenceEnvOn(t *testing.T, e *env, o controller.Options) *fenceEnv {
 	reg := nodereg.New(e.ceph, e.pool, "", time.Minute)
 	for _, n := range []string{"node-a", "node-b"} {
 		must(t, reg.Beat(ctx(t), nodereg.Node{ID: n}), "heartbeat of "+n)

@@ -78,6 +78,11 @@ type Options struct {
 	// Lifts is told each outcome (nil: nobody).
 	Unfence Unfence
 	Lifts   LiftObserver
+	// Addresses and ClientAddress, when set (with the node registry),
+	// record at each stage the IP this node reaches the volume's cluster
+	// from (clientaddr.go).
+	Addresses     AddressRegistry
+	ClientAddress ClientAddress
 	// Crypt, Images and KMS serve encrypted volumes (crypt.go); without
 	// them such volumes are refused.
 	Crypt  Crypt
@@ -125,6 +130,9 @@ type Node struct {
 	fence          Fence
 	unfence        Unfence
 	lifts          LiftObserver
+	addrReg        AddressRegistry
+	clientAddr     ClientAddress
+	addrs          recordedAddrs
 	fault          func(string)
 	cgroupRoot     string
 	crypt          Crypt
@@ -172,7 +180,7 @@ func New(o Options) (*Node, error) {
 	return &Node{
 		id: o.NodeID, mappers: o.Mappers, defaultMounter: o.DefaultMounter, mounter: mounter,
 		run: run, maxVolumes: o.MaxVolumesPerNode, topology: o.Topology, clusters: o.Clusters, store: st, locks: lock.New(), fence: o.Fence, fault: o.Fault,
-		unfence: o.Unfence, lifts: o.Lifts,
+		unfence: o.Unfence, lifts: o.Lifts, addrReg: o.Addresses, clientAddr: o.ClientAddress,
 		cgroupRoot: o.CgroupRoot, crypt: o.Crypt, images: o.Images, pools: o.Pools, blocklist: o.Blocklist, kms: o.KMS, mkfsPrezeroed: o.MkfsPrezeroed,
 		insecureMap: o.AllowInsecureMapOptions, cred: o.Credentials, mixedKeys: o.AllowKEKsWithCredentials,
 	}, nil

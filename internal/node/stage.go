@@ -52,6 +52,9 @@ func (n *Node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequ
 	if err := n.checkAttached(ctx, a.vol, cl, cred, a.cap.AccessMode); err != nil {
 		return nil, err
 	}
+	// Before the map, so that a mapping is never there unrecorded by a
+	// stage that went well.
+	n.recordAddress(ctx, cl, cred)
 	if rec != nil && rec.Staged {
 		heal := healSource{secrets: req.GetSecrets(), volCtx: req.GetVolumeContext(), call: "NodeStageVolume"}
 		intact, err := n.intactOrHealed(ctx, rec, m, heal)

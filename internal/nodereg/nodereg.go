@@ -5,8 +5,10 @@
 // no Kubernetes API access, and needs only a Ceph user that may write that
 // one object. A heartbeat also carries the node's volume limit, and the
 // same object indexes which volumes the controller attached to each node,
-// so the limit can be enforced without reading every image, and which
-// clients of a node it fenced, so the node can lift them.
+// so the limit can be enforced without reading every image, which
+// clients of a node it fenced, so the node can lift them, and the address
+// each node reaches each cluster from, so a fence can tell the node's
+// clients from others.
 package nodereg
 
 import (
@@ -44,6 +46,10 @@ const (
 	// blocklisted when it detached the volume from a node that still had
 	// it open, until that node lifts them (fences.go).
 	fencePrefix = "fenced/"
+	// addrPrefix starts the keys "addr/<node>/<clusterID>" = "<ip>": the
+	// IP the node's Ceph clients reach that cluster from, as the node
+	// found it at its last stage there (addresses.go).
+	addrPrefix = "addr/"
 )
 
 // Store is the omap access the registry needs; internal/rbd/ceph implements it.

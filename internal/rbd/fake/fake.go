@@ -16,6 +16,7 @@ package fake
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sort"
 	"strconv"
 	"sync"
@@ -188,11 +189,17 @@ func (c *Ceph) Client(fault func(point string)) *Ceph {
 
 // newAddr makes the address of a new client instance: the same host,
 // another nonce, as real clients get.
-func (c *shared) newAddr() string {
+func (c *shared) newAddr() string { return c.newAddrAt(netip.MustParseAddr(localIP)) }
+
+// localIP is the host of this fake's own clients (ClientAddress reports it).
+const localIP = "127.0.0.1"
+
+// newAddrAt makes the address of a new client instance on the host at ip.
+func (c *shared) newAddrAt(ip netip.Addr) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.nonces++
-	return "127.0.0.1:0/" + strconv.FormatUint(c.nonces, 10)
+	return netip.AddrPortFrom(ip, 0).String() + "/" + strconv.FormatUint(c.nonces, 10)
 }
 
 // Ceph is a Backend.

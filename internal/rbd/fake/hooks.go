@@ -3,6 +3,7 @@ package fake
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"sort"
 	"sync"
@@ -20,6 +21,15 @@ import (
 // address).
 func (c *Ceph) Watch(p rbd.Pool, name string) (unwatch func(), err error) {
 	return c.watchAs(p, name, c.newAddr())
+}
+
+// WatchFrom opens the image as a client on the host at ip does (the peer
+// site's rbd-mirror, watching a primary it replays): it returns that
+// client's address, on the image until unwatch.
+func (c *Ceph) WatchFrom(p rbd.Pool, name string, ip netip.Addr) (unwatch func(), addr string, err error) {
+	addr = c.newAddrAt(ip)
+	unwatch, err = c.watchAs(p, name, addr)
+	return unwatch, addr, err
 }
 
 // WatchOwn opens the image as this client itself does when it writes
@@ -58,7 +68,15 @@ type Mapping struct {
 
 // Map makes a Mapping of the image, with an address of its own.
 func (c *Ceph) Map(p rbd.Pool, name string) (*Mapping, error) {
-	addr := c.newAddr()
+	return c.mapAs(p, name, c.newAddr())
+}
+
+// MapFrom makes a Mapping of the image by a client on the host at ip.
+func (c *Ceph) MapFrom(p rbd.Pool, name string, ip netip.Addr) (*Mapping, error) {
+	return c.mapAs(p, name, c.newAddrAt(ip))
+}
+
+func (c *Ceph) mapAs(p rbd.Pool, name, addr string) (*Mapping, error) {
 	if _, err := c.watchAs(p, name, addr); err != nil {
 		return nil, err
 	}
