@@ -25,7 +25,7 @@ func (c Cluster) WaitHealth(t testing.TB, what string, match func(health string)
 
 // WaitPoolActive waits until every placement group of pool is active
 // (bounded), as a test that made them inactive must before the next test
-// runs: `ceph health` names inactive groups only once they are stuck
+// starts. `ceph health` names inactive groups only once they are stuck
 // (mon_pg_stuck_threshold), so a healthy-looking cluster may still not
 // serve the pool.
 func (c Cluster) WaitPoolActive(t testing.TB, pool string) {
