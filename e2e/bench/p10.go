@@ -361,7 +361,9 @@ func (b *bench) p10Rounds(ctx context.Context, conf string, sides []*p10Side) ([
 }
 
 // p10Rows adds a row per pattern and side: its figure against rbd
-// bench's (the median of the rounds' ratios), and the encrypted volume's
+// bench's (the median of the rounds' ratios); fio's through librbd
+// against rbd bench's, how the tools differ; each device side's against
+// fio's through librbd, the same tool on both; the encrypted volume's
 // against plain krbd's, what dm-crypt adds.
 func (b *bench) p10Rows(samples []p10Sample) {
 	add := func(key string, pat p10Pattern, side, ref, refName string) {
@@ -397,13 +399,19 @@ func (b *bench) p10Rows(samples []p10Sample) {
 		rw.Ratio = ptr(median(ratios))
 		b.rep.add(key, rw).Load = load.String()
 	}
-	for _, side := range []struct{ key, name string }{{keyP10KRBD, p10KRBD}, {keyP10NBD, p10NBD}, {keyP10Crypt, p10Crypt}, {keyP10FioRBD, p10FioRBD}} {
+	for _, c := range []struct{ key, side, ref, refName string }{
+		{keyP10KRBD, p10KRBD, p10RBDBench, "rbd bench"},
+		{keyP10NBD, p10NBD, p10RBDBench, "rbd bench"},
+		{keyP10Crypt, p10Crypt, p10RBDBench, "rbd bench"},
+		{keyP10FioRBD, p10FioRBD, p10RBDBench, "rbd bench"},
+		{keyP10KRBDFio, p10KRBD, p10FioRBD, "fio librbd"},
+		{keyP10NBDFio, p10NBD, p10FioRBD, "fio librbd"},
+		{keyP10CryptFio, p10Crypt, p10FioRBD, "fio librbd"},
+		{keyP10CryptKRBD, p10Crypt, p10KRBD, "krbd"},
+	} {
 		for _, pat := range p10Patterns {
-			add(side.key, pat, side.name, p10RBDBench, "rbd bench")
+			add(c.key, pat, c.side, c.ref, c.refName)
 		}
-	}
-	for _, pat := range p10Patterns {
-		add(keyP10CryptKRBD, pat, p10Crypt, p10KRBD, "krbd")
 	}
 }
 

@@ -72,3 +72,29 @@ func TestP10Pattern(t *testing.T) {
 		}
 	}
 }
+
+// A row's ratio is the median of the rounds' ratios, its figures the
+// medians of each side's.
+func TestP10Rows(t *testing.T) {
+	b := &bench{cfg: benchConfig{dataDepth: 16, dataSeq: 512 * mib, dataRand: 32 * mib}, rep: &report{}}
+	var samples []p10Sample
+	for round, f := range []struct{ rbd, fio, krbd float64 }{{100, 80, 50}, {200, 90, 60}, {110, 100, 99}} {
+		for _, pat := range p10Patterns {
+			for side, v := range map[string]float64{p10RBDBench: f.rbd, p10FioRBD: f.fio, p10KRBD: f.krbd, p10NBD: 1, p10Crypt: 2} {
+				samples = append(samples, p10Sample{Side: side, Pattern: pat.Name, Round: round + 1, Figure: v, Load: &loadSpan{}})
+			}
+		}
+	}
+	b.p10Rows(samples)
+	if len(b.rep.Rows) != 8*len(p10Patterns) {
+		t.Fatalf("%d rows, want %d", len(b.rep.Rows), 8*len(p10Patterns))
+	}
+	r := b.rep.Rows[0] // krbd vs rbd bench, the first pattern
+	if r.Key != keyP10KRBD || r.Value != 60 || *r.Ref != 110 || math.Abs(*r.Ratio-0.5) > 1e-9 || r.Unit != "MB/s" || r.Target != "(reported)" {
+		t.Errorf("first row: %+v (ratio %v)", r, deref(r.Ratio))
+	}
+	r = b.rep.Rows[len(b.rep.Rows)-1] // LUKS2 vs krbd, the last pattern
+	if r.Key != keyP10CryptKRBD || r.Unit != "IOPS" || math.Abs(*r.Ratio-2.0/60) > 1e-9 {
+		t.Errorf("last row: %+v (ratio %v)", r, deref(r.Ratio))
+	}
+}

@@ -76,11 +76,18 @@ const (
 	keyP10NBD          = "P10 rbd-nbd"
 	keyP10Crypt        = "P10 LUKS2"
 	keyP10FioRBD       = "P10 fio librbd"
+	keyP10KRBDFio      = "P10 krbd vs fio librbd"
+	keyP10NBDFio       = "P10 rbd-nbd vs fio librbd"
+	keyP10CryptFio     = "P10 LUKS2 vs fio librbd"
 	keyP10CryptKRBD    = "P10 LUKS2 vs krbd"
 )
 
-// p10Versus is P10's baseline.
-const p10Versus = "rbd bench (librbd, its cache off) on an image of the same features, the same pattern, I/Os in flight and total, in the same guest and round"
+// p10Versus is P10's baseline; p10VersusFio the same library driven by
+// the device sides' load generator.
+const (
+	p10Versus    = "rbd bench (librbd, its cache off) on an image of the same features, the same pattern, I/Os in flight and total, in the same guest and round"
+	p10VersusFio = "fio through librbd on rbd bench's image, in the same guest and round: the same load generator as the device's"
+)
 
 // targets is the table, in the order the results print it.
 func targets() []target {
@@ -124,6 +131,9 @@ func targets() []target {
 		{Key: keyP10NBD, ID: "P10", Measure: "the same on a block volume mapped with rbd-nbd", Versus: p10Versus},
 		{Key: keyP10Crypt, ID: "P10", Measure: "the same on an encrypted block volume: LUKS2 (dm-crypt) on krbd", Versus: p10Versus},
 		{Key: keyP10FioRBD, ID: "P10", Measure: "(not a data path) fio through librbd (its rbd engine), on rbd bench's image", Versus: p10Versus + ": how far the two load generators differ on one path"},
+		{Key: keyP10KRBDFio, ID: "P10", Measure: "krbd's figures", Versus: p10VersusFio},
+		{Key: keyP10NBDFio, ID: "P10", Measure: "rbd-nbd's figures", Versus: p10VersusFio},
+		{Key: keyP10CryptFio, ID: "P10", Measure: "the encrypted volume's figures", Versus: p10VersusFio},
 		{Key: keyP10CryptKRBD, ID: "P10", Measure: "the encrypted volume's figures", Versus: "plain krbd's: what dm-crypt adds"},
 		{Key: keyP11Bytes, ID: "P11", Measure: "bytes GetMetadataDelta lists for 64 MiB rewritten in a 100 GiB volume holding 1 GiB", Versus: "bytes GetMetadataAllocated lists (a full backup)", Judge: atMost, Limit: 0.1},
 		{Key: keyP11Time, ID: "P11", Measure: "GetMetadataDelta's listing time", Versus: "GetMetadataAllocated's"},
