@@ -33,7 +33,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -254,9 +253,6 @@ func run(ctx context.Context, cfg benchConfig) int {
 		rep: &report{Started: now.Format(time.RFC3339), Details: map[string]any{}},
 	}
 	b.rep.Sides, b.rep.Targets = sides, targets()
-	if cfg.scenarios["P10"] {
-		sides.Sides[0].Name, sides.Sides[0].Runs = "bench", "drives P10's load: rbd bench and fio run as its children, under its environment"
-	}
 	b.rep.Host = hostInfo(ctx, c, cfg.guestOf)
 	b.rep.Config = map[string]any{
 		"n": cfg.n, "size_bytes": cfg.size, "cycle_size_bytes": cfg.cycleSize, "concurrency": cfg.concurrency, "rounds": cfg.rounds, "cycles": cfg.cycles,
@@ -267,25 +263,17 @@ func run(ctx context.Context, cfg benchConfig) int {
 		"fill": cfg.fill, "list_page": cfg.listPage, "sweep_interval": cfg.sweepInterval.String(),
 		"nodes": cfg.nodes, "heartbeat": cfg.heartbeat.String(),
 	}
-	if cfg.scenarios["P10"] {
-		b.rep.Config = map[string]any{"scenarios": keys(cfg.scenarios), "data_size_bytes": cfg.dataSize, "data_seq_bytes": cfg.dataSeq,
-			"data_rand_bytes": cfg.dataRand, "data_depth": cfg.dataDepth, "data_rounds": cfg.dataRounds, "image_features": cfg.imageFeatures}
-	}
 	conns := ceph.NewConns(ceph.DefaultOptions())
 	defer conns.Close()
 	b.rawOps = &rawObserver{ops: opStats{}}
 	b.raw = ceph.NewBackend(conns, ceph.BackendOptions{Observer: b.rawOps})
 	b.watch = cpuWatch{pids: cephPIDs(c.Dir)}
-	if cfg.scenarios["P10"] {
-		// In the guest, the daemons' PIDs are the host's.
-		b.watch.pids = map[string][]int{}
-	}
 	b.watch.pids["bench"] = []int{os.Getpid()}
 	b.pool = rbd.Pool{MonHost: c.MonHost, Cred: cephcluster.Credentials{ID: c.CSIUser, Key: c.CSIKey}, Name: c.Pool}
 
 	b.stamp = now.Format("20060102-150405")
 	if cfg.scenarios["P10"] {
-		b.stamp = "data-" + b.stamp
+		b.inGuest()
 	}
 	runErr := b.scenarios(ctx)
 	if runErr != nil {
@@ -452,60 +440,4 @@ func (b *bench) teardown(failed bool) []string {
 		_ = os.RemoveAll(b.work)
 	}
 	return left
-}
-
-// loadFile holds the load average loadAvg reads: /proc/loadavg, or in
-// the kernel VM the host's, which scripts/bench-data.sh copies into a
-// shared file every second (-load-file).
-var loadFile = "/proc/loadavg"
-
-// loadAvg is the 1-minute load average: how busy a shared machine was.
-func loadAvg() string {
-	b, err := os.ReadFile(loadFile)
-	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
-		return f[0]
-	}
-	return "?"
-}
-
-// loadNow is loadAvg as a number; -1 when it cannot be read.
-func loadNow() float64 {
-	v, err := strconv.ParseFloat(loadAvg(), 64)
-	if err != nil {
-		return -1
-	}
-	return v
-}
-
-// hostInfo describes where the bench runs; guestOf, if set, what the
-// guest is and which host it runs on (P10).
-func hostInfo(ctx context.Context, c cluster, guestOf string) map[string]any {
-	cmd := func(name string, args ...string) string {
-		out, err := exec.CommandContext(ctx, name, args...).Output()
-		if err != nil {
-			return ""
-		}
-		return strings.TrimSpace(string(out))
-	}
-	var memKiB int64
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		fmt.Sscanf(strings.TrimPrefix(strings.SplitN(string(b), "\n", 2)[0], "MemTotal:"), "%d", &memKiB)
-	}
-	cephVersion := cmd("ceph", "--version")
-	if f := strings.Fields(cephVersion); len(f) >= 3 {
-		cephVersion = f[2]
-	}
-	h := map[string]any{
-		"kernel": cmd("uname", "-r"), "cpus": runtime.NumCPU(), "mem_gib": float64(memKiB) / (1 << 20),
-		"ceph": cephVersion, "go": runtime.Version(), "git": cmd("git", "describe", "--tags", "--always", "--dirty"),
-		"cluster":    fmt.Sprintf("1 mon, %d memstore OSDs, 1 mgr on loopback (scripts/ceph-cluster.sh)", len(cephPIDs(c.Dir)["ceph-osd"])),
-		"load_start": loadAvg(),
-	}
-	h["summary"] = fmt.Sprintf("%d CPUs, %.0f GiB, kernel %s, Ceph %s, %s, %s", h["cpus"], h["mem_gib"], h["kernel"], cephVersion, h["go"], h["git"])
-	if guestOf != "" {
-		h["cluster"] = fmt.Sprintf("1 mon, %d memstore OSDs, 1 mgr on the host, reached over the guest's bridge (scripts/bench-data.sh)", len(cephPIDs(c.Dir)["ceph-osd"]))
-		h["guest_of"] = guestOf
-		h["summary"] = fmt.Sprintf("a guest of %d vCPUs, %.1f GiB, kernel %s, Ceph %s clients, %s; %s", h["cpus"], h["mem_gib"], h["kernel"], cephVersion, h["go"], guestOf)
-	}
-	return h
 }

@@ -65,6 +65,19 @@ type p10Sample struct {
 	Load      *loadSpan `json:"load"`
 }
 
+// inGuest sets the run up for P10, in the kernel VM: its results are
+// named apart from make bench's, its configuration is P10's, the Ceph
+// daemons' PIDs (the host's) are not watched, and the bench's own process
+// is the one side that drives the load.
+func (b *bench) inGuest() {
+	cfg := b.cfg
+	b.stamp = "data-" + b.stamp
+	b.rep.Config = map[string]any{"scenarios": keys(cfg.scenarios), "data_size_bytes": cfg.dataSize, "data_seq_bytes": cfg.dataSeq,
+		"data_rand_bytes": cfg.dataRand, "data_depth": cfg.dataDepth, "data_rounds": cfg.dataRounds, "image_features": cfg.imageFeatures}
+	b.watch.pids = map[string][]int{"bench": {os.Getpid()}}
+	b.sides.Sides[0].Name, b.sides.Sides[0].Runs = "bench", "drives P10's load: rbd bench and fio run as its children, under its environment"
+}
+
 // p10Kernel says what the guest lacks for P10, if anything.
 func p10Kernel() error {
 	var missing []string
