@@ -137,7 +137,7 @@ image:
 release:
 	scripts/release.sh $(VERSION)
 
-# Benchmarks (docs/development.md, "Performance"): P1-P7 through the real plugin binary
+# Benchmarks (docs/development.md, "Performance"): P1-P9 and P11 through the real plugin binary
 # against a throwaway local cluster, every figure a ratio against a
 # baseline measured in the same run, every side started under one
 # environment, every target fixed in e2e/bench/targets.go. Prints the
@@ -151,6 +151,17 @@ bench: build
 	go build -o bin/rbdfloor ./e2e/bench/floor
 	go build -o bin/rbdgrpcfloor ./e2e/bench/grpcfloor
 	scripts/with-cluster.sh bin/rbdbench -plugin $(BIN) -floor bin/rbdfloor -grpc-floor bin/rbdgrpcfloor -out results $(BENCH_FLAGS)
+
+# P10, the data path (docs/development.md, "Performance"), a target of its
+# own since a guest takes minutes to boot: in a QEMU guest running Debian's
+# kernel, fio on block volumes the plugin stages with krbd, rbd-nbd and LUKS2
+# on krbd, against rbd bench (librbd) in the same guest and run
+# (scripts/bench-data.sh), into results/bench-data-<time>.json and .md.
+# Options: BENCH_DATA_FLAGS='-data-rounds 1' (bin/rbdbench -h, the -data-* ones).
+BENCH_DATA_FLAGS ?=
+.PHONY: bench-data
+bench-data: deps
+	scripts/bench-data.sh $(BENCH_DATA_FLAGS)
 
 # The node suite on a real kernel (docs/development.md, "A real kernel"): QEMU guests
 # running Debian's kernel map through krbd and nbd against a real cluster,

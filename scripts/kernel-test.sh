@@ -3,16 +3,14 @@
 # kernel, once with krbd and once with nbd, in QEMU guests running Debian's
 # kernel (scripts/kernel-vm.sh), against a real Ceph cluster.
 #
-# Network rule: everything lives in a network namespace made here. Inside
-# it, a bridge holds the cluster's address (198.18.0.1/24, a range reserved
-# for testing) and one tap device per guest; the guests take 198.18.0.2
-# and up. Each guest has a cluster of its own (another monitor port on the
-# same address): the suites create volumes by fixed names, and two guests
-# sharing a pool would map each other's volumes. No traffic leaves the
-# namespace. Processes enter it with `nsenter --net` only: `ip netns exec`
-# would also give them a mount namespace holding copies of every mount on
-# the host at that moment, and so pin other tests' mounts and loop devices. Everything (guests, cluster,
-# namespace, work directory) is torn down on exit, failure or interrupt.
+# Network rule: everything lives in a network namespace made here
+# (scripts/vm-lib.sh): a bridge holds the clusters' address (198.18.0.1/24)
+# and one tap device per guest; the guests take 198.18.0.2 and up. Each
+# guest has a cluster of its own (another monitor port on the same
+# address): the suites create volumes by fixed names, and two guests
+# sharing a pool would map each other's volumes. Everything (guests,
+# cluster, namespace, work directory) is torn down on exit, failure or
+# interrupt.
 #
 # With both mappers, a joint phase ends the run, once both guests are
 # done with their suites: the controller suite's
@@ -47,9 +45,10 @@ set -euo pipefail
 readonly PROG=${0##*/}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 readonly ROOT
-readonly NET=198.18.0 LEN=24
 # shellcheck source=scripts/lib.sh
 source "$ROOT/scripts/lib.sh"
+# shellcheck source=scripts/vm-lib.sh
+source "$ROOT/scripts/vm-lib.sh"
 
 [[ $(id -u) == 0 ]] || die "run as root (network namespace, tap devices, QEMU)"
 mappers=("$@")
@@ -75,15 +74,9 @@ cleanup() {
 	# Each guest leads its own process group: QEMU goes with its script.
 	for pid in "${guests[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
 	for pid in "${guests[@]}"; do wait "$pid" 2>/dev/null || true; done
-	for m in "${mappers[@]}"; do
-		if [[ -n ${suite_clusters[$m]:-} ]]; then
-			stop_cluster "$work/cluster-$m" "${suite_clusters[$m]}"
-		else
-			"$ROOT/scripts/ceph-cluster.sh" down "$work/cluster-$m" >/dev/null 2>&1 || true
-		fi
-	done
+	for m in "${mappers[@]}"; do vm_cluster_down "$work/cluster-$m" "${suite_clusters[$m]:-}"; done
 	ip netns del "$ns" 2>/dev/null || true
-	! grep -q " $work/userland " /proc/mounts || umount "$work/userland" || log "could not unmount $work/userland"
+	vm_userland_down "$work/userland"
 	remove_work "$work" "${KERNEL_TEST_KEEP:-0}"
 	exit "$rc"
 }
@@ -103,11 +96,9 @@ else
 	"$ROOT/scripts/suite.sh" build "$userland" "$work/bin" node controller >"$work/build.log" 2>&1 ||
 		{ tail -30 "$work/build.log" >&2; die "building on $userland failed"; }
 	log "built on $userland: $(grep -m1 "^librbd" "$work/build.log")"
-	# One read-only view of the runtime root and its test layer, shared
-	# with the guests by 9p.
+	# The runtime root and its test layer, shared with the guests.
 	vm_userland=$work/userland
-	mkdir -p "$vm_userland"
-	mount -t overlay overlay -o "ro,lowerdir=$("$ROOT/scripts/rootfs.sh" dev "$userland"):$("$ROOT/scripts/rootfs.sh" runtime "$userland")" "$vm_userland"
+	vm_userland_up "$userland" "$vm_userland" dev
 fi
 
 # The guests report their tests as `go test -json` does (test2json: Go's own
@@ -134,26 +125,18 @@ for m in "${mappers[@]}"; do
 	[[ $c == host ]] || "$ROOT/scripts/rootfs.sh" dev "$c" >/dev/null || die "building the $c root failed"
 done
 
-ip netns add "$ns"
-ip -n "$ns" link set lo up
-# A fixed MAC address: a bridge without one takes the lowest of its ports',
-# which changes when a guest's tap joins, and the other guest's ARP entry for
-# the host goes stale.
-ip -n "$ns" link add br0 address 02:72:62:64:6b:01 type bridge
-ip -n "$ns" addr add "$NET.1/$LEN" dev br0
-ip -n "$ns" link set br0 up
+vm_netns "$ns"
 for m in "${mappers[@]}"; do
 	c=$(cluster_of "$m")
 	if [[ $c == host ]]; then
-		CEPH_ADDR=$NET.1 CEPH_WITH_MGR=0 nsenter --net="/run/netns/$ns" "$ROOT/scripts/ceph-cluster.sh" up "$work/cluster-$m" >/dev/null
+		vm_cluster "$ns" "$work/cluster-$m" host CEPH_WITH_MGR=0
 		continue
 	fi
-	nsenter --net="/run/netns/$ns" "$ROOT/scripts/suite.sh" cluster "$c" "$work/cluster-$m" \
-		CEPH_ADDR="$NET.1" CEPH_WITH_MGR=0 CEPH_KEY_TYPE=aes &
-	suite_clusters[$m]=$!
+	vm_cluster "$ns" "$work/cluster-$m" "$c" CEPH_WITH_MGR=0 CEPH_KEY_TYPE=aes
+	suite_clusters[$m]=$vm_cluster_pid
 	wait_cluster "$work/cluster-$m" "${suite_clusters[$m]}" "the $c cluster for $m"
 done
-log "clusters up on $NET.1 in network namespace $ns ($((SECONDS - t0)) s so far): $(for m in "${mappers[@]}"; do echo -n "$m: $(cluster_of "$m") "; done)userland: $userland"
+log "clusters up on $VM_NET.1 in network namespace $ns ($((SECONDS - t0)) s so far): $(for m in "${mappers[@]}"; do echo -n "$m: $(cluster_of "$m") "; done)userland: $userland"
 
 # Which tests each guest runs is its section of scripts/kernel-test.tests,
 # which says why for each one left to the other guest or to the host.
@@ -205,11 +188,12 @@ vm_cpus=${VM_CPUS:-$(($(nproc) / ${#mappers[@]}))}
 ((vm_cpus >= 1)) || vm_cpus=1
 
 # Each guest's address and tap device, in the order of the mappers.
-declare -A addr_of=() tap_of=()
+declare -A num_of=() addr_of=() tap_of=()
 n=1
 for m in "${mappers[@]}"; do
 	n=$((n + 1))
-	addr_of[$m]=$NET.$n
+	num_of[$m]=$n
+	addr_of[$m]=$VM_NET.$n
 	tap_of[$m]=tap$n
 done
 
@@ -349,9 +333,6 @@ joint_serve() {
 ((joint == 0)) || mkdir -p "$work/joint"
 declare -A guest_of=()
 for m in "${mappers[@]}"; do
-	ip -n "$ns" tuntap add "${tap_of[$m]}" mode tap
-	ip -n "$ns" link set "${tap_of[$m]}" master br0
-	ip -n "$ns" link set "${tap_of[$m]}" up
 	job "$m"
 	shares=("$work/$m" "$work/bin" "$work/cluster-$m")
 	if ((joint)); then
@@ -359,10 +340,9 @@ for m in "${mappers[@]}"; do
 		[[ $m == krbd ]] || shares+=("$work/cluster-krbd")
 	fi
 	log "booting a guest for the node suite with $m ($vm_cpus vCPUs)"
-	VM_CPUS=$vm_cpus VM_USERLAND=$vm_userland setsid nsenter --net="/run/netns/$ns" "$ROOT/scripts/kernel-vm.sh" boot "$kdir" "$work/initrd.gz" \
-		"${addr_of[$m]}/$LEN" "${tap_of[$m]}" "${shares[@]}" >"$work/$m/console" 2>&1 &
-	guests+=($!)
-	guest_of[$m]=$!
+	vm_boot "$ns" "${num_of[$m]}" "$kdir" "$work/initrd.gz" "$vm_userland" "$vm_cpus" "${shares[@]}"
+	guests+=("$vm_guest_pid")
+	guest_of[$m]=$vm_guest_pid
 done
 if ((joint)); then
 	joint_serve "${guest_of[krbd]}" "${guest_of[nbd]}" &

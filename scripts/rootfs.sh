@@ -12,6 +12,9 @@
 #   rootfs.sh dev SUITE       print the path of SUITE's test layer: what builds
 #                             the plugin and runs a test cluster (DEV_PACKAGES),
 #                             an overlay layer to stack over the runtime root
+#   rootfs.sh bench SUITE     print the path of SUITE's bench layer: the load
+#                             make bench-data runs in the kernel VM
+#                             (BENCH_PACKAGES), a layer over the runtime root
 #   rootfs.sh run ROOT CMD... run CMD as root chrooted into ROOT, in private
 #                             mount and PID namespaces (see _inner below)
 #   rootfs.sh apart KEEP CMD...
@@ -52,6 +55,10 @@ readonly ROOTFS_PACKAGES=(debootstrap)
 # (TestEncryptedWithKMIP, through internal/kms/kmip/kmiptest).
 readonly DEV_PACKAGES=(ceph-mon ceph-osd ceph-mgr ceph-base librbd-dev librados-dev gcc libc6-dev pkg-config
 	iproute2 procps uuid-runtime python3-pykmip)
+# The bench layer: fio, the load make bench-data puts on each data path in
+# the kernel VM (scripts/bench-data.sh). A layer of its own, so that the
+# test layer's key, and the roots other runs use, stay as they are.
+readonly BENCH_PACKAGES=(fio)
 # apt's options for a mirror that serves a snapshot of the archive, whose
 # Release files are past their Valid-Until date (as on this machine).
 # Retries: a mirror or resolver sometimes fails one fetch and answers the next.
@@ -150,15 +157,17 @@ runtime() {
 	echo "$dir"
 }
 
-# dev SUITE: DEV_PACKAGES installed by apt in an overlay over the runtime
-# root; the overlay's upper directory, kept, is the layer. It holds only
-# what apt changed, so the suite is downloaded and unpacked once.
-dev() {
-	local suite=$1 lower dir key t0
+# layer NAME SUITE PKG...: PKG installed by apt in an overlay over the
+# runtime root; the overlay's upper directory, kept as $CACHE/SUITE-NAME,
+# is the layer. It holds only what apt changed, so the suite is downloaded
+# and unpacked once.
+layer() {
+	local name=$1 suite=$2 lower dir key t0
+	shift 2
 	lower=$(runtime "$suite")
-	dir=$CACHE/$suite-dev
-	key="over $(head -1 "$lower/.rootfs-complete"): ${DEV_PACKAGES[*]}"
-	lock "$suite-dev"
+	dir=$CACHE/$suite-$name
+	key="over $(head -1 "$lower/.rootfs-complete"): $*"
+	lock "$suite-$name"
 	if [[ -f $dir/.rootfs-complete && $(head -1 "$dir/.rootfs-complete") == "$key" ]]; then
 		echo "$dir"
 		return
@@ -166,14 +175,14 @@ dev() {
 	rm -rf "$dir" "$dir.tmp"
 	mkdir -p "$dir.tmp"
 	t0=$SECONDS
-	log "installing the test layer of $suite into $dir: ${DEV_PACKAGES[*]}"
+	log "installing the $name layer of $suite into $dir: $*"
 	# shellcheck disable=SC2016 # the inner shell expands them
 	if ! ROOTFS_OVERLAY=$dir.tmp ROOTFS_ENV="DEBIAN_FRONTEND=noninteractive" "$HERE/rootfs.sh" run "$lower" /bin/sh -c '
 		set -e
 		# Three tries: the resolver here sometimes stops answering for a
 		# while, and apt-get update then only warns.
 		for try in 1 2 3; do
-			if apt-get "$@" update -qq && apt-get "$@" install -y -qq --no-install-recommends '"${DEV_PACKAGES[*]}"'; then
+			if apt-get "$@" update -qq && apt-get "$@" install -y -qq --no-install-recommends '"$*"'; then
 				break
 			fi
 			[ "$try" != 3 ] || exit 1
@@ -182,17 +191,23 @@ dev() {
 		done
 		apt-get clean
 		rm -rf /var/lib/apt/lists/* /tmp/* /var/tmp/*
-	' sh "${APT_OPTS[@]}" >"$CACHE/$suite-dev.log" 2>&1; then
-		tail -5 "$CACHE/$suite-dev.log" >&2
+	' sh "${APT_OPTS[@]}" >"$CACHE/$suite-$name.log" 2>&1; then
+		tail -5 "$CACHE/$suite-$name.log" >&2
 		rm -rf "$dir.tmp"
-		die "installing the test layer of $suite failed: see $CACHE/$suite-dev.log"
+		die "installing the $name layer of $suite failed: see $CACHE/$suite-$name.log"
 	fi
 	printf '%s\n%s\n' "$key" "$(date -u +%FT%TZ)" >"$dir.tmp/upper/.rootfs-complete"
 	mv "$dir.tmp/upper" "$dir"
 	rm -rf "$dir.tmp"
-	log "$suite-dev built in $((SECONDS - t0)) s"
+	log "$suite-$name built in $((SECONDS - t0)) s"
 	echo "$dir"
 }
+
+# dev SUITE: the test layer (DEV_PACKAGES).
+dev() { layer dev "$1" "${DEV_PACKAGES[@]}"; }
+
+# bench SUITE: the bench layer (BENCH_PACKAGES).
+bench() { layer bench "$1" "${BENCH_PACKAGES[@]}"; }
 
 # run ROOT CMD...: the outer half. unshare gives CMD its own mount namespace
 # (every mount below dies with it, never propagating to the host) and its own
@@ -341,7 +356,7 @@ _apart)
 	shift 2
 	exec "$@"
 	;;
-base | runtime | dev)
+base | runtime | dev | bench)
 	(($# == 2)) || die "usage: $PROG $1 SUITE"
 	"$1" "$2"
 	;;
@@ -354,7 +369,7 @@ _inner)
 	_inner "$@"
 	;;
 *)
-	echo "usage: $PROG deps | base|runtime|dev SUITE | run ROOT CMD... | apart KEEP CMD..." >&2
+	echo "usage: $PROG deps | base|runtime|dev|bench SUITE | run ROOT CMD... | apart KEEP CMD..." >&2
 	exit 2
 	;;
 esac

@@ -9,8 +9,10 @@
 #                                        suite's roots
 #   suite.sh build SUITE|host OUT [PKG...]
 #                                        OUT/rbdplugin and OUT/PKG.test for each
-#                                        e2e package PKG, built against the
-#                                        suite's librbd (host: this machine's)
+#                                        e2e package PKG (OUT/NAME for a
+#                                        command ./PATH/NAME), built against
+#                                        the suite's librbd (host: this
+#                                        machine's)
 #   suite.sh cluster SUITE DIR [NAME=VALUE...]
 #                                        a test cluster of the suite's release at
 #                                        DIR (scripts/ceph-cluster.sh, with the
@@ -61,7 +63,12 @@ readonly BUILD='set -e; cd "$1"; out=$2; shift 2
 	commit=$(cat "$out/.commit" 2>/dev/null || echo unknown)
 	go build -tags "${tags:+$tags,}faultinject" -trimpath -o "$out/rbdplugin" \
 		-ldflags "-X main.version=$version -X main.commit=$commit -X main.librbd=$(dpkg-query -W -f="\${Version}" librbd-dev)" ./cmd/rbdplugin
-	for p in "$@"; do go test -tags "$tags" -trimpath -c -o "$out/$p.test" "./e2e/$p"; done'
+	for p in "$@"; do
+		case $p in
+		./*) go build -tags "$tags" -trimpath -o "$out/${p##*/}" "$p" ;;
+		*) go test -tags "$tags" -trimpath -c -o "$out/$p.test" "./e2e/$p" ;;
+		esac
+	done'
 
 build() {
 	local suite=$1 out=$2

@@ -53,7 +53,16 @@ func machineCPU() (busy, total float64) {
 		return 0, 0
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
+	return cpuLine(line)
+}
+
+// cpuLine reads the "cpu ..." line of /proc/stat: busy and total CPU
+// seconds.
+func cpuLine(line string) (busy, total float64) {
 	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0
+	}
 	for i, v := range f[1:] {
 		n, _ := strconv.ParseFloat(v, 64)
 		total += n

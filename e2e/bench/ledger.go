@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,8 @@ type ledger struct {
 	snaps   map[string]csi.ControllerClient
 	raw     map[string]bool // raw baseline image names
 	staged  map[string]stagedVol
+	// published block targets (P10), by target path: unpublished first.
+	published map[string]publishedVol
 }
 
 type stagedVol struct {
@@ -32,9 +35,14 @@ type stagedVol struct {
 	node              csi.NodeClient
 }
 
+type publishedVol struct {
+	volumeID, target string
+	node             csi.NodeClient
+}
+
 func newLedger() *ledger {
 	return &ledger{volumes: map[string]csi.ControllerClient{}, snaps: map[string]csi.ControllerClient{},
-		raw: map[string]bool{}, staged: map[string]stagedVol{}}
+		raw: map[string]bool{}, staged: map[string]stagedVol{}, published: map[string]publishedVol{}}
 }
 
 func (l *ledger) addVolume(id string, c csi.ControllerClient) { l.set(func() { l.volumes[id] = c }) }
@@ -45,6 +53,10 @@ func (l *ledger) addRaw(name string)                          { l.set(func() { l
 func (l *ledger) dropRaw(name string)                         { l.set(func() { delete(l.raw, name) }) }
 func (l *ledger) addStaged(s stagedVol)                       { l.set(func() { l.staged[s.staging] = s }) }
 func (l *ledger) dropStaged(staging string)                   { l.set(func() { delete(l.staged, staging) }) }
+func (l *ledger) addPublished(id, target string, n csi.NodeClient) {
+	l.set(func() { l.published[target] = publishedVol{volumeID: id, target: target, node: n} })
+}
+func (l *ledger) dropPublished(target string) { l.set(func() { delete(l.published, target) }) }
 
 func (l *ledger) set(f func()) {
 	l.mu.Lock()
@@ -52,7 +64,7 @@ func (l *ledger) set(f func()) {
 	f()
 }
 
-// cleanup unstages, then deletes volumes, snapshots and raw images; it
+// cleanup unpublishes and unstages, then deletes volumes, snapshots and raw images; it
 // returns what it could not remove.
 func (l *ledger) cleanup(ctx context.Context, c cluster, raw *ceph.Backend, pool rbd.Pool) []string {
 	l.mu.Lock()
@@ -60,16 +72,29 @@ func (l *ledger) cleanup(ctx context.Context, c cluster, raw *ceph.Backend, pool
 	for _, s := range l.staged {
 		staged = append(staged, s)
 	}
+	published := slices.Collect(maps.Values(l.published))
 	vols, snaps, raws := maps.Clone(l.volumes), maps.Clone(l.snaps), keys(l.raw)
 	l.mu.Unlock()
-	if len(staged)+len(vols)+len(snaps)+len(raws) > 0 {
-		fmt.Fprintf(os.Stderr, "cleaning up: %d staged, %d volumes, %d snapshots, %d raw images\n", len(staged), len(vols), len(snaps), len(raws))
+	if len(published)+len(staged)+len(vols)+len(snaps)+len(raws) > 0 {
+		fmt.Fprintf(os.Stderr, "cleaning up: %d published, %d staged, %d volumes, %d snapshots, %d raw images\n", len(published), len(staged), len(vols), len(snaps), len(raws))
 	}
 	var failed []string
 	call := func(f func(context.Context) error) error {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		defer cancel()
 		return f(cctx)
+	}
+	// A published target's staging is in staged too, unstaged below.
+	for _, p := range published {
+		err := call(func(ctx context.Context) error {
+			_, err := p.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: p.volumeID, TargetPath: p.target})
+			return err
+		})
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("unpublish %s at %s: %v", p.volumeID, p.target, err))
+			continue
+		}
+		l.dropPublished(p.target)
 	}
 	for _, s := range staged {
 		err := call(func(ctx context.Context) error {

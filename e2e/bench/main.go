@@ -12,6 +12,7 @@
 //	P7 parallel:     16 volumes staged at concurrency 1 vs 8
 //	P8 full pool:    creates, deletes, listings, a sweep and RSS in a pool of 10,000 images vs empty (or a tenth)
 //	P9 many nodes:   1,000 nodes heartbeating: Ceph ops/s, ControllerPublish latency, registry size vs 1 node
+//	P10 data path:   IOPS and MB/s through krbd, rbd-nbd and LUKS2 on krbd vs rbd bench (librbd), in the kernel VM only (make bench-data)
 //	P11 changed blocks: a delta's bytes and listing time vs a full backup's; a thin 1 TiB volume's listing vs 1 GiB
 //
 // Every figure with a target is a ratio against a reference measured in
@@ -32,7 +33,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -78,6 +78,10 @@ type benchConfig struct {
 	sweepInterval           time.Duration
 	nodes, publishes        int
 	heartbeat               time.Duration
+	// P10
+	dataSize, dataSeq, dataRand int64
+	dataDepth, dataRounds       int
+	guestOf                     string
 }
 
 type bench struct {
@@ -142,7 +146,15 @@ func parseFlags() (benchConfig, error) {
 	flag.IntVar(&cfg.nodes, "nodes", 1000, "P9: simulated nodes heartbeating in the node registry")
 	flag.IntVar(&cfg.publishes, "publishes", 20, "P9: ControllerPublishVolume calls timed with 1 node and with -nodes")
 	flag.DurationVar(&cfg.heartbeat, "heartbeat", 2*time.Minute/5, "P9: heartbeat interval (the deployed one: --node-registry-ttl's default, 2m, over 5)")
-	flag.StringVar(&scen, "scenarios", "P1,P2,P3,P4,P5,P6,P7,P8,P9,P11", "scenarios to run (P2 and P6 ride along with P1)")
+	var dataSize, dataSeq, dataRand int64
+	flag.Int64Var(&dataSize, "data-size-mib", 256, "P10: size of each side's volume in MiB")
+	flag.Int64Var(&dataSeq, "data-seq-mib", 512, "P10: MiB each 1M sequential run writes or reads (it wraps around the volume)")
+	flag.Int64Var(&dataRand, "data-rand-mib", 32, "P10: MiB each 4K random run writes or reads")
+	flag.IntVar(&cfg.dataDepth, "data-depth", 16, "P10: I/Os in flight (rbd bench's --io-threads, fio's --iodepth)")
+	flag.IntVar(&cfg.dataRounds, "data-rounds", 3, "P10: rounds of every pattern on every side (a ratio is the median of the rounds' ratios)")
+	flag.StringVar(&loadFile, "load-file", loadFile, "where the load average is read (first line) and, if another file than /proc/loadavg, the host's /proc/stat cpu line (second): scripts/bench-data.sh gives the guest the host's")
+	flag.StringVar(&cfg.guestOf, "guest-of", "", "P10: what the guest is and runs on, for the results (scripts/bench-data.sh says it)")
+	flag.StringVar(&scen, "scenarios", "P1,P2,P3,P4,P5,P6,P7,P8,P9,P11", "scenarios to run (P2 and P6 ride along with P1); P10 runs alone, in the kernel VM (make bench-data)")
 	flag.DurationVar(&cfg.callTimeout, "call-timeout", time.Minute, "deadline of each controller call")
 	flag.DurationVar(&cfg.nodeTimeout, "node-timeout", 5*time.Minute, "deadline of each node call and of the DeleteVolume of P3's 1 TiB volumes")
 	flag.StringVar(&cfg.imageFeatures, "image-features", "", "StorageClass imageFeatures for every volume (and the raw baseline); empty: the driver's default for single-writer volumes")
@@ -163,15 +175,19 @@ func parseFlags() (benchConfig, error) {
 	cfg.scenarios = map[string]bool{}
 	for _, s := range strings.Split(scen, ",") {
 		s = strings.ToUpper(strings.TrimSpace(s))
-		if !slices.Contains([]string{"P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P11"}, s) {
+		if !slices.Contains([]string{"P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11"}, s) {
 			return cfg, fmt.Errorf("-scenarios: unknown %q", s)
 		}
 		cfg.scenarios[s] = true
 	}
+	if cfg.scenarios["P10"] && len(cfg.scenarios) > 1 {
+		return cfg, errors.New("-scenarios: P10 runs alone, in the kernel VM (make bench-data)")
+	}
 	if cfg.n < 1 || cfg.rounds < 1 || cfg.gomaxprocs < 1 || cfg.cycles < 0 || cfg.cycleConcurrency < 1 || cfg.stageRounds < 1 ||
 		cfg.parallelVolumes < 1 || cfg.parallelConcurrency < 1 || cfg.parallelRounds < 1 || data < 1 || cfg.restoreRounds < 1 ||
 		cfg.fill < 1 || cfg.fillConcurrency < 1 || cfg.listPage < 0 || cfg.fullVolumes < 1 || cfg.fullConcurrency < 1 || cfg.fullRounds < 1 ||
-		cfg.sweepInterval <= 0 || cfg.nodes < 1 || cfg.publishes < 1 || cfg.heartbeat <= 0 {
+		cfg.sweepInterval <= 0 || cfg.nodes < 1 || cfg.publishes < 1 || cfg.heartbeat <= 0 ||
+		dataSize < 1 || dataSeq < 1 || dataRand < 1 || cfg.dataDepth < 1 || cfg.dataRounds < 1 {
 		return cfg, errors.New("counts must be positive")
 	}
 	cfg.restoreData = data * mib
@@ -179,6 +195,7 @@ func parseFlags() (benchConfig, error) {
 		return cfg, errors.New("sizes must be positive")
 	}
 	cfg.size, cfg.cycleSize = sizeMiB*mib, cycleMiB*mib
+	cfg.dataSize, cfg.dataSeq, cfg.dataRand = dataSize*mib, dataSeq*mib, dataRand*mib
 	return cfg, nil
 }
 
@@ -236,7 +253,7 @@ func run(ctx context.Context, cfg benchConfig) int {
 		rep: &report{Started: now.Format(time.RFC3339), Details: map[string]any{}},
 	}
 	b.rep.Sides, b.rep.Targets = sides, targets()
-	b.rep.Host = hostInfo(ctx, c)
+	b.rep.Host = hostInfo(ctx, c, cfg.guestOf)
 	b.rep.Config = map[string]any{
 		"n": cfg.n, "size_bytes": cfg.size, "cycle_size_bytes": cfg.cycleSize, "concurrency": cfg.concurrency, "rounds": cfg.rounds, "cycles": cfg.cycles,
 		"cycle_concurrency": cfg.cycleConcurrency, "stage_rounds": cfg.stageRounds,
@@ -255,6 +272,9 @@ func run(ctx context.Context, cfg benchConfig) int {
 	b.pool = rbd.Pool{MonHost: c.MonHost, Cred: cephcluster.Credentials{ID: c.CSIUser, Key: c.CSIKey}, Name: c.Pool}
 
 	b.stamp = now.Format("20060102-150405")
+	if cfg.scenarios["P10"] {
+		b.inGuest()
+	}
 	runErr := b.scenarios(ctx)
 	if runErr != nil {
 		b.logf("FAILED: %v", runErr)
@@ -293,6 +313,9 @@ func (b *bench) scenarios(ctx context.Context) error {
 	}
 	if len(left) > 0 {
 		return fmt.Errorf("pool %s is not empty at the start (%s): the reclaim checks need a pool of their own", b.c.Pool, strings.Join(left, "; "))
+	}
+	if sc["P10"] {
+		return b.measured(func() error { return b.runP10(ctx) })
 	}
 	ctrl := sc["P1"] || sc["P2"] || sc["P4"] || sc["P5"] || sc["P6"] || sc["P11"]
 	if ctrl {
@@ -417,48 +440,4 @@ func (b *bench) teardown(failed bool) []string {
 		_ = os.RemoveAll(b.work)
 	}
 	return left
-}
-
-// loadAvg is the 1-minute load average: how busy a shared machine was.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	return strings.Fields(string(b))[0]
-}
-
-// loadNow is loadAvg as a number; -1 when it cannot be read.
-func loadNow() float64 {
-	v, err := strconv.ParseFloat(loadAvg(), 64)
-	if err != nil {
-		return -1
-	}
-	return v
-}
-
-func hostInfo(ctx context.Context, c cluster) map[string]any {
-	cmd := func(name string, args ...string) string {
-		out, err := exec.CommandContext(ctx, name, args...).Output()
-		if err != nil {
-			return ""
-		}
-		return strings.TrimSpace(string(out))
-	}
-	var memKiB int64
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		fmt.Sscanf(strings.TrimPrefix(strings.SplitN(string(b), "\n", 2)[0], "MemTotal:"), "%d", &memKiB)
-	}
-	cephVersion := cmd("ceph", "--version")
-	if f := strings.Fields(cephVersion); len(f) >= 3 {
-		cephVersion = f[2]
-	}
-	h := map[string]any{
-		"kernel": cmd("uname", "-r"), "cpus": runtime.NumCPU(), "mem_gib": float64(memKiB) / (1 << 20),
-		"ceph": cephVersion, "go": runtime.Version(), "git": cmd("git", "describe", "--tags", "--always", "--dirty"),
-		"cluster":    fmt.Sprintf("1 mon, %d memstore OSDs, 1 mgr on loopback (scripts/ceph-cluster.sh)", len(cephPIDs(c.Dir)["ceph-osd"])),
-		"load_start": loadAvg(),
-	}
-	h["summary"] = fmt.Sprintf("%d CPUs, %.0f GiB, kernel %s, Ceph %s, %s, %s", h["cpus"], h["mem_gib"], h["kernel"], cephVersion, h["go"], h["git"])
-	return h
 }

@@ -128,6 +128,10 @@ func fmtVal(v float64, unit string) string {
 		return fmt.Sprintf("%.1f ms", v)
 	case "objects":
 		return fmt.Sprintf("%.0f objects", v)
+	case "IOPS":
+		return fmt.Sprintf("%.0f IOPS", v)
+	case "MB/s":
+		return fmt.Sprintf("%.1f MB/s", v)
 	}
 	return fmt.Sprintf("%.2f %s", v, unit)
 }
@@ -165,7 +169,12 @@ func (r *report) print(w io.Writer) {
 	}
 	fmt.Fprintln(w, "\nTargets, fixed in the bench before the run (e2e/bench/targets.go):")
 	fmt.Fprintln(w)
-	printTargets(w)
+	// Those of the scenarios that gave rows; all, if none did.
+	ids := map[string]bool{}
+	for _, rw := range r.Rows {
+		ids[rw.ID] = true
+	}
+	printTargets(w, ids)
 }
 
 // write stores the report as results/bench-<stamp>.json and the table as

@@ -72,6 +72,21 @@ const (
 	keyP9Ops           = "P9 ops"
 	keyP9Publish       = "P9 publish"
 	keyP9Size          = "P9 size"
+	keyP10KRBD         = "P10 krbd"
+	keyP10NBD          = "P10 rbd-nbd"
+	keyP10Crypt        = "P10 LUKS2"
+	keyP10FioRBD       = "P10 fio librbd"
+	keyP10KRBDFio      = "P10 krbd vs fio librbd"
+	keyP10NBDFio       = "P10 rbd-nbd vs fio librbd"
+	keyP10CryptFio     = "P10 LUKS2 vs fio librbd"
+	keyP10CryptKRBD    = "P10 LUKS2 vs krbd"
+)
+
+// p10Versus is P10's baseline; p10VersusFio the same library driven by
+// the device sides' load generator.
+const (
+	p10Versus    = "rbd bench (librbd, its cache off) on an image of the same features, the same pattern, I/Os in flight and total, in the same guest and round"
+	p10VersusFio = "fio through librbd on rbd bench's image, in the same guest and round: the same load generator as the device's"
 )
 
 // targets is the table, in the order the results print it.
@@ -111,6 +126,15 @@ func targets() []target {
 		{Key: keyP9Ops, ID: "P9", Measure: "Ceph operations per second per node of -nodes heartbeating at the deployed interval", Versus: "the same of 1 node (linear: 1.0)", Judge: atMost, Limit: 1.1},
 		{Key: keyP9Publish, ID: "P9", Measure: "ControllerPublishVolume latency with -nodes heartbeating", Versus: "with 1 node", Judge: atMost, Limit: 1.5},
 		{Key: keyP9Size, ID: "P9", Measure: "node registry object size per node with -nodes", Versus: "with 1 node (linear: 1.0)", Judge: atMost, Limit: 1.1},
+		// P10 runs in an emulated guest: its ratios hold no target.
+		{Key: keyP10KRBD, ID: "P10", Measure: "IOPS (4K random) and MB/s (1M sequential), write and read, on a block volume mapped with krbd, staged and published by the driver (fio, O_DIRECT, libaio)", Versus: p10Versus},
+		{Key: keyP10NBD, ID: "P10", Measure: "the same on a block volume mapped with rbd-nbd", Versus: p10Versus},
+		{Key: keyP10Crypt, ID: "P10", Measure: "the same on an encrypted block volume: LUKS2 (dm-crypt) on krbd", Versus: p10Versus},
+		{Key: keyP10FioRBD, ID: "P10", Measure: "(not a data path) fio through librbd (its rbd engine), on rbd bench's image", Versus: p10Versus + ": how far the two load generators differ on one path"},
+		{Key: keyP10KRBDFio, ID: "P10", Measure: "krbd's figures", Versus: p10VersusFio},
+		{Key: keyP10NBDFio, ID: "P10", Measure: "rbd-nbd's figures", Versus: p10VersusFio},
+		{Key: keyP10CryptFio, ID: "P10", Measure: "the encrypted volume's figures", Versus: p10VersusFio},
+		{Key: keyP10CryptKRBD, ID: "P10", Measure: "the encrypted volume's figures", Versus: "plain krbd's: what dm-crypt adds"},
 		{Key: keyP11Bytes, ID: "P11", Measure: "bytes GetMetadataDelta lists for 64 MiB rewritten in a 100 GiB volume holding 1 GiB", Versus: "bytes GetMetadataAllocated lists (a full backup)", Judge: atMost, Limit: 0.1},
 		{Key: keyP11Time, ID: "P11", Measure: "GetMetadataDelta's listing time", Versus: "GetMetadataAllocated's"},
 		{Key: keyP11Thin, ID: "P11", Measure: "GetMetadataAllocated of a 1 TiB thin volume holding 64 MiB", Versus: "of a 1 GiB volume holding the same", Judge: atMost, Limit: 10},
@@ -183,11 +207,15 @@ func judgeRow(key string, rw row, beyond int) row {
 	return rw
 }
 
-// printTargets writes the table of targets as Markdown.
-func printTargets(w io.Writer) {
+// printTargets writes the table of targets of the scenarios ids as
+// Markdown; every target if ids is empty.
+func printTargets(w io.Writer, ids map[string]bool) {
 	fmt.Fprintln(w, "| | measure | compared with | target |")
 	fmt.Fprintln(w, "|---|---|---|---|")
 	for _, t := range targets() {
+		if len(ids) > 0 && !ids[t.ID] {
+			continue
+		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", t.ID, t.Measure, t.Versus, t.Target)
 	}
 }

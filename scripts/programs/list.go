@@ -24,6 +24,7 @@ var knownSteps = map[string]string{
 	"rootfs": "cached root filesystems: ROOTFS_PACKAGES in scripts/rootfs.sh",
 	"kernel": "make kernel-test: KERNEL_PACKAGES in its script",
 	"build":  "make image: BUILD_PACKAGES in scripts/image.sh",
+	"bench":  "make bench-data: BENCH_PACKAGES in scripts/rootfs.sh, installed into the kernel VM's cached root only",
 	// Steps whose programs the project does not install.
 	"prereq": "what docs/development.md (\"Set-up\") asks for before make can run",
 	"manual": "optional targets run by hand (make bench -perf: linux-perf)",
@@ -31,6 +32,21 @@ var knownSteps = map[string]string{
 
 // unlisted steps have no package list of the project's.
 var unlisted = map[string]bool{"base": true, "prereq": true, "manual": true}
+
+// inRoot steps install their packages into a cached root filesystem
+// (scripts/rootfs.sh), never on this machine, whose dpkg cannot see them.
+var inRoot = map[string]bool{"bench": true}
+
+// OnlyInRoot reports whether every step of the entry installs into a
+// cached root.
+func (e Entry) OnlyInRoot() bool {
+	for _, s := range e.Steps {
+		if !inRoot[s] {
+			return false
+		}
+	}
+	return len(e.Steps) > 0
+}
 
 // Entry is one program of the list.
 type Entry struct {

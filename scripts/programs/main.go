@@ -200,7 +200,7 @@ func checkProvider(e Entry, lists map[string]map[string]bool, dpkg Dpkg, strict 
 	switch {
 	case err != nil:
 		fails = append(fails, where+": "+err.Error())
-	case owner == "" && strict && !e.Has("manual"):
+	case owner == "" && strict && !e.Has("manual") && !e.OnlyInRoot():
 		fails = append(fails, fmt.Sprintf("%s: not installed on this machine, so dpkg cannot confirm it comes from %s", where, e.Provider))
 	case owner != "" && owner != e.Provider:
 		fails = append(fails, fmt.Sprintf("%s: dpkg says it comes from package %s, not %s", where, owner, e.Provider))

@@ -225,6 +225,7 @@ mkfs.xfs xfsprogs     deps
 awk      mawk         base
 jq       jq           deps
 curl     curl         e2e
+fio      fio          bench
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -235,11 +236,13 @@ curl     curl         e2e
 		{"awk", "scripts/a.sh:3", partScripts},
 		{"curl", "scripts/b.sh:4", partScripts},
 		{"sgdisk", "internal/o.go:5", partPlugin},
+		{"fio", "e2e/p.go:6", partTests},
 	}
 	lists := map[string]map[string]bool{
 		"deps":  {"ceph-common": true, "xfsprogs": true},
 		"image": {"ceph-common": true},
 		"e2e":   {},
+		"bench": {"fio": true},
 	}
 	dpkg := fakeDpkg{
 		owners: map[string]string{"rbd": "ceph-common", "mkfs.xfs": "xfsprogs", "awk": "gawk", "sgdisk": "gdisk"},
@@ -264,6 +267,10 @@ curl     curl         e2e
 	strict := strings.Join(Check(list, uses, nil, lists, dpkg, true), "\n")
 	if !strings.Contains(strict, "curl: not installed on this machine") {
 		t.Errorf("strict check does not say curl could not be confirmed:\n%s", strict)
+	}
+	// fio lives in a cached root only: this machine's dpkg cannot see it.
+	if strings.Contains(got+strict, "fio") {
+		t.Errorf("fio, installed into a cached root, yet:\n%s", strict)
 	}
 }
 
