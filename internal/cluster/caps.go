@@ -32,7 +32,9 @@ const CapNodeMon = "mon '" + NodeMon + "'"
 // watch, lock and metadata: a client that holds an image's exclusive lock
 // executes the snapshots, resizes and flattens other clients ask of it
 // (librbd forwards them to the lock owner), so the node's librbd-based
-// mappers (nbd, fuse) carry out the controller's. No write to the pool's
+// mappers (nbd, fuse) carry out the controller's. Mirror snapshots too
+// (enabling replication, a demote, a schedule's): they write the image's
+// state into rbd_mirror_snapshot.<image id>.* objects. No write to the pool's
 // directory, ID or trash objects: the user cannot create, remove, rename
 // or trash images. The pool's own metadata (rbd_info, read at every open)
 // is in its default namespace, outside a tenant's: that grant names no
@@ -46,6 +48,7 @@ var nodeStageGrants = []string{
 	"allow r class-read %s object_prefix rbd_directory",
 	"allow r class-read %s object_prefix rbd_mirroring",
 	"allow r class-read %s object_prefix rbd_trash",
+	"allow rwx %s object_prefix rbd_mirror_snapshot.",
 }
 
 // CapNode is NodeOSD as `ceph auth caps` takes it.
