@@ -42,6 +42,7 @@ func TestHelmRendersCSIAddons(t *testing.T) {
 		for _, tc := range []struct{ name, overlay, want string }{
 			{"port", "csiAddons: {port: 9071}", "DaemonSet rbdcsi-node/rbdcsi-node: spec.template.spec.containers[3]"},
 			{"fence Secret", "csiAddons: {fenceSecret: other}", "Role rbdcsi/rbdcsi-csi-addons: rules[3]"},
+			{"replication Secret", "csiAddons: {replicationSecret: other}", "Role rbdcsi/rbdcsi-csi-addons: rules[3]"},
 			{"disabled", "csiAddons: {enabled: false}", "ClusterRole /rbdcsi-csi-addons: not rendered"},
 		} {
 			chart := renderValues(t, withCSIAddons(t, tc.overlay)...)

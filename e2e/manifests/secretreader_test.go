@@ -44,15 +44,20 @@ func checkSecretReader(t *testing.T, m *manifests) {
 		refer("VolumeSnapshotClass "+vsc.Name, vsc.Parameters)
 	}
 
-	// The csi-addons sidecar gets the Secret of the fencing Ceph user that
-	// a NetworkFenceClass names (docs/csi-addons.md): the one Ceph key a
-	// sidecar reads, since the csi-addons controller passes a NetworkFence
-	// call the class's Secret and the controller's own user may not lift
-	// a fence. It is the admin's, never rendered, never a plugin's.
+	// The csi-addons sidecar gets the Secrets of the fencing Ceph user that
+	// a NetworkFenceClass names (docs/csi-addons.md), since the csi-addons
+	// controller passes a NetworkFence call the class's Secret and the
+	// controller's own user may not lift a fence, and of the user a
+	// VolumeReplicationClass names (docs/disaster-recovery.md), since the
+	// sidecar v0.13.0 reads a Secret for every replication call: the only
+	// Ceph keys a sidecar reads. They are the admin's, never rendered,
+	// never a plugin's.
 	fence := map[string]bool{}
 	if len(containers(ctrl.Spec.Template.Spec, csiAddonsRepo)) > 0 {
-		fence[ns+"/rbdcsi-fence"] = true
-		want[ns+"/rbdcsi-fence"] = true
+		for _, s := range []string{"rbdcsi-fence", "rbdcsi-replication"} {
+			fence[ns+"/"+s] = true
+			want[ns+"/"+s] = true
+		}
 	}
 
 	ceph := cephSecrets(t, m)
