@@ -157,15 +157,7 @@ func TestDetachWithoutMappingFencesNothing(t *testing.T) {
 	defer unwatch()
 	must(t, f.unpublish(t, v, "node-a"), "detach while the controller itself has the image open")
 
-	if bl := f.ceph.Blocklisted(); len(bl) != 0 {
-		t.Fatalf("blocklisted %v", bl)
-	}
-	if fences, _ := f.reg.Fences(ctx(t), "node-a"); len(fences) != 0 {
-		t.Fatalf("fence records %v", fences)
-	}
-	if len(f.up.fences) != 0 {
-		t.Fatalf("fences counted: %v", f.up.fences)
-	}
+	f.fencedNothing(t)
 }
 
 // Attachment records name the image they were written on: rbd-mirror
@@ -234,12 +226,7 @@ func TestReadersAndMultiNodeAreNotFenced(t *testing.T) {
 			t.Fatalf("%s: the node's client lost its watch or lock: %+v", tc.mode, cs)
 		}
 	}
-	if bl := f.ceph.Blocklisted(); len(bl) != 0 {
-		t.Fatalf("blocklisted %v", bl)
-	}
-	if fences, _ := f.reg.Fences(ctx(t), "node-a"); len(fences) != 0 {
-		t.Fatalf("fence records %v", fences)
-	}
+	f.fencedNothing(t)
 }
 
 // A fence that fails keeps the attachment: Unavailable while Ceph does not
@@ -300,5 +287,20 @@ func TestSweepDropsExpiredFences(t *testing.T) {
 	b, _ := f.reg.Fences(ctx(t), "node-b")
 	if len(a) != 0 || !maps.EqualFunc(b, map[string]nodereg.Fence{"v1:c:p:new": live}, func(x, y nodereg.Fence) bool { return slices.Equal(x.Addrs, y.Addrs) }) {
 		t.Fatalf("after the sweep: node-a %v, node-b %v", a, b)
+	}
+}
+
+// fencedNothing: no blocklist entry, no fence record of node-a, no fence
+// counted.
+func (f *fenceEnv) fencedNothing(t *testing.T) {
+	t.Helper()
+	if bl := f.ceph.Blocklisted(); len(bl) != 0 {
+		t.Fatalf("blocklisted %v", bl)
+	}
+	if fences, _ := f.reg.Fences(ctx(t), "node-a"); len(fences) != 0 {
+		t.Fatalf("fence records %v", fences)
+	}
+	if len(f.up.fences) != 0 {
+		t.Fatalf("fences counted: %v", f.up.fences)
 	}
 }

@@ -132,15 +132,7 @@ func TestMirroredNormalDetachFencesNothing(t *testing.T) {
 	v, peer := f.mirroredVolume(t, "vol")
 	must(t, f.reg.SetClientIP(ctx(t), "node-a", clusterID, nodeIP), "the node records its address")
 	must(t, f.unpublish(t, v, "node-a"), "detach")
-	if bl := f.ceph.Blocklisted(); len(bl) != 0 {
-		t.Fatalf("blocklisted %v", bl)
-	}
-	if fences, _ := f.reg.Fences(ctx(t), "node-a"); len(fences) != 0 {
-		t.Fatalf("fence records %v", fences)
-	}
-	if len(f.up.fences) != 0 {
-		t.Fatalf("fences counted: %v", f.up.fences)
-	}
+	f.fencedNothing(t)
 	if !f.watched(t, v, peer) {
 		t.Fatal("the peer's rbd-mirror lost its watch")
 	}
