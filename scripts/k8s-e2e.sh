@@ -83,7 +83,7 @@ teardown() {
 
 # remove_install WORK: whatever install of the driver is left (the guide's
 # uninstall did not run: a failed pass, or go test flags that left it out):
-# the Helm release, or the guide's kustomize site, and both namespaces.
+# the Helm release, or the guide's kustomize site, and the namespace.
 remove_install() {
 	local work=$1 k=$1/bin/kubectl site
 	if "$work/bin/helm" status rbdcsi --namespace rbdcsi >/dev/null 2>&1; then
@@ -94,7 +94,7 @@ remove_install() {
 		"$k" delete -k "$site" --ignore-not-found --wait=true --timeout=120s || return 1
 		"$k" delete -k "${site%/site}/snapshotclass" --ignore-not-found --wait=true --timeout=60s || true
 	done
-	"$k" delete namespace rbdcsi rbdcsi-node --ignore-not-found --wait=true --timeout=120s
+	"$k" delete namespace rbdcsi --ignore-not-found --wait=true --timeout=120s
 }
 
 # stop_tentacle WORK: asks the group snapshot pass's Tentacle cluster
@@ -152,7 +152,7 @@ collect_artifacts() {
 		"$k" get csiaddonsnodes,reclaimspacejobs,networkfences,networkfenceclasses -A -o yaml >"$ARTIFACTS/csi-addons.yaml" 2>&1 || true
 		"$k" get events -A --sort-by=.lastTimestamp >"$ARTIFACTS/events.txt" 2>&1 || true
 		local ns p c
-		for ns in rbdcsi rbdcsi-node csi-addons-system; do
+		for ns in rbdcsi csi-addons-system; do
 			for p in $("$k" -n "$ns" get pods -o name 2>/dev/null); do
 				for c in $("$k" -n "$ns" get "$p" -o jsonpath='{.spec.containers[*].name}' 2>/dev/null); do
 					"$k" -n "$ns" logs "$p" -c "$c" >"$ARTIFACTS/${p#pod/}.$c.log" 2>&1 || true
@@ -320,7 +320,7 @@ guide_vars() {
 # installed: whether a namespace of the driver exists (an install the
 # guide's uninstall did not remove).
 installed() {
-	[[ -n $("$KUBECTL" get namespace rbdcsi rbdcsi-node --ignore-not-found -o name) ]]
+	[[ -n $("$KUBECTL" get namespace rbdcsi --ignore-not-found -o name) ]]
 }
 
 # go_test PASS [go test flags]: the scenarios of PASS, its section of

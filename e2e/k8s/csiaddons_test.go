@@ -68,7 +68,7 @@ func waitSidecarsConnected(t *testing.T, e env) {
 				Holder string `json:"holderIdentity"`
 			} `json:"spec"`
 		}
-		if !k.get(&lease, "lease", "rbd-csi-rbdcsi-dev-csi-addons", "--namespace", "rbdcsi") {
+		if !k.get(&lease, "lease", "rbd-csi-rbdcsi-dev-csi-addons", "--namespace", driverNamespace) {
 			return false, "no Lease rbd-csi-rbdcsi-dev-csi-addons"
 		}
 		var pod struct {
@@ -76,7 +76,7 @@ func waitSidecarsConnected(t *testing.T, e env) {
 				Phase string `json:"phase"`
 			} `json:"status"`
 		}
-		if lease.Spec.Holder == "" || !k.get(&pod, "pod", lease.Spec.Holder, "--namespace", "rbdcsi") {
+		if lease.Spec.Holder == "" || !k.get(&pod, "pod", lease.Spec.Holder, "--namespace", driverNamespace) {
 			return false, "held by " + lease.Spec.Holder + ", no such pod"
 		}
 		return pod.Status.Phase == "Running", lease.Spec.Holder + " " + pod.Status.Phase
@@ -85,6 +85,7 @@ func waitSidecarsConnected(t *testing.T, e env) {
 		var list struct {
 			Items []struct {
 				Metadata struct {
+					Name      string `json:"name"`
 					Namespace string `json:"namespace"`
 				} `json:"metadata"`
 				Spec struct {
@@ -100,45 +101,35 @@ func waitSidecarsConnected(t *testing.T, e env) {
 			} `json:"items"`
 		}
 		k.get(&list, "csiaddonsnodes", "--all-namespaces")
-		connected := map[string]bool{}
+		var node, controller bool
 		var states []string
 		for _, n := range list.Items {
 			if n.Spec.Driver.Name != driverName {
 				continue
 			}
-			states = append(states, n.Metadata.Namespace+": "+n.Status.State+" "+n.Status.Message)
-			connected[n.Metadata.Namespace] = connected[n.Metadata.Namespace] ||
-				n.Status.State == "Connected" && (n.Metadata.Namespace != "rbdcsi-node" || n.Spec.Driver.NodeID == e.nodeName)
+			// The csi-addons controller looks for the Lease in the
+			// namespace of any one of these objects: one elsewhere
+			// would make controller calls miss it.
+			if n.Metadata.Namespace != driverNamespace {
+				t.Fatalf("CSIAddonsNode %s/%s is outside the driver's namespace %s", n.Metadata.Namespace, n.Metadata.Name, driverNamespace)
+			}
+			states = append(states, n.Metadata.Name+": "+n.Status.State+" "+n.Status.Message)
+			up := n.Status.State == "Connected"
+			// Named <node>-<namespace>-<owner kind>-<owner>.
+			node = node || up && strings.Contains(n.Metadata.Name, "-daemonset-") && n.Spec.Driver.NodeID == e.nodeName
+			controller = controller || up && strings.Contains(n.Metadata.Name, "-deployment-")
 		}
-		return connected["rbdcsi"] && connected["rbdcsi-node"], strings.Join(states, "; ")
+		return node && controller, strings.Join(states, "; ")
 	})
-}
-
-// lookupFailed tells whether a csi-addons object failed because the
-// csi-addons controller v0.13.0 did not find the leading controller
-// sidecar: it reads the Lease in the namespace of any one of the driver's
-// CSIAddonsNode objects, in Go's map order, and the node plugins' are in
-// rbdcsi-node, where there is no Lease (docs/csi-addons.md, known
-// limitations). Only these failures are driven again; any other stands.
-func lookupFailed(says string) bool {
-	for _, m := range []string{"no leader found for driver", "failed to find the namespace where driver", "no connection with key"} {
-		if strings.Contains(says, m) {
-			return true
-		}
-	}
-	return false
 }
 
 // reclaimJob makes a ReclaimSpaceJob of the claim and waits for its result.
 // The csi-addons controller's default retries (6, within a second) ride
 // out its own races (a connection it is replacing); a job that fails says
-// why in its conditions. A job whose every retry missed the leading
-// sidecar (lookupFailed) is made again, as an admin would.
+// why in its conditions.
 func (k *kube) reclaimJob(name, pvc string) csiAddonsJob {
 	k.t.Helper()
-	var j csiAddonsJob
-	for try := 1; ; try++ {
-		k.apply(fmt.Sprintf(`
+	k.apply(fmt.Sprintf(`
 apiVersion: csiaddons.openshift.io/v1alpha1
 kind: ReclaimSpaceJob
 metadata:
@@ -147,15 +138,7 @@ spec:
   target: {persistentVolumeClaim: %s}
   retryDeadlineSeconds: 300
 `, name, pvc))
-		j = k.waitResult("reclaimspacejob", name, 5*time.Minute)
-		if j.Status.Result != "Failed" || !lookupFailed(j.says()) || try == 8 {
-			return j
-		}
-		k.t.Logf("ReclaimSpaceJob %s, try %d, missed the leading sidecar: %s", name, try, j.says())
-		if _, err := k.run(shortWait, "", "delete", "reclaimspacejob", name, "--wait=true"); err != nil {
-			k.t.Fatal(err)
-		}
-	}
+	return k.waitResult("reclaimspacejob", name, 5*time.Minute)
 }
 
 // usedBytes is what `rbd du` says the image holds.
@@ -282,9 +265,8 @@ func blocklisted(t *testing.T, e env) (addrs, ranges []string) {
 // blocklist; fenceState Unfenced lifts both, Fenced again bars them;
 // deleting the object leaves them (the csi-addons controller does not
 // unfence on delete), and a NetworkFence of the same blocks, Unfenced,
-// lifts them. A block wider than /16 is refused and the object says why.
-// No address here is any host's: the entries are only checked in the
-// blocklist.
+// lifts them. A block wider than /16 is refused and the object says why. No address here is any host's: the entries are
+// only checked in the blocklist.
 func TestNetworkFence(t *testing.T) {
 	scenario(t)
 	e := loadEnv(t)
@@ -320,15 +302,8 @@ spec:
     csiaddons.openshift.io/networkfence-secret-name: rbdcsi-fence
     csiaddons.openshift.io/networkfence-secret-namespace: rbdcsi
 `, driverName, clusters[0].ClusterID))
-	// applied is the spec last applied per object, for nudge.
-	type nfSpec struct {
-		state string
-		cidrs []string
-	}
-	applied := map[string]nfSpec{}
 	fence := func(name, state string, cidrs ...string) {
 		t.Helper()
-		applied[name] = nfSpec{state, cidrs}
 		k.apply(fmt.Sprintf(`
 apiVersion: csiaddons.openshift.io/v1alpha1
 kind: NetworkFence
@@ -340,26 +315,6 @@ spec:
   cidrs: [%s]
 `, name, state, strings.Join(cidrs, ", ")))
 	}
-	// nudge drives a NetworkFence again whose last call missed the leading
-	// sidecar (lookupFailed): the csi-addons controller doubles its retry
-	// delay after each miss, a changed spec (the same blocks in another
-	// order) has it try at once. Any other failure is left to stand.
-	lastNudge := map[string]time.Time{}
-	nudge := func(name string) string {
-		var j csiAddonsJob
-		if !k.get(&j, "networkfence", name) {
-			return "not found"
-		}
-		says := j.says()
-		if j.Status.Result == "Failed" && lookupFailed(says) && time.Since(lastNudge[name]) > 5*time.Second {
-			lastNudge[name] = time.Now()
-			sp := applied[name]
-			cidrs := append(sp.cidrs[1:len(sp.cidrs):len(sp.cidrs)], sp.cidrs[0])
-			t.Logf("NetworkFence %s missed the leading sidecar, applied again: %s", name, says)
-			fence(name, sp.state, cidrs...)
-		}
-		return says
-	}
 	// The controller sets the result of each state it reached; a stale
 	// result of the last state is told apart by the blocklist itself.
 	listed := func() (hostIn, blockIn bool, state string) {
@@ -367,33 +322,37 @@ spec:
 		return slices.Contains(addrs, host+":0/0"), slices.Contains(ranges, block+":0/24"),
 			fmt.Sprintf("addresses %v, ranges %v", addrs, ranges)
 	}
-	blocklistWait := func(what, name string, want bool) {
-		t.Helper()
-		eventually(t, volumeWait, what, func() (bool, string) {
-			h, b, state := listed()
-			if h == want && b == want {
-				return true, state
-			}
-			return false, state + "; NetworkFence " + name + ": " + nudge(name)
-		})
+	fenced := func() (bool, string) {
+		h, b, state := listed()
+		return h && b, state
+	}
+	lifted := func() (bool, string) {
+		h, b, state := listed()
+		return !h && !b, state
 	}
 	// The csi-addons controller retries a NetworkFence whose call failed
 	// (a connection it was replacing, say), so a result is waited for.
-	wantResult := func(name string) {
+	waitFence := func(name, result string) csiAddonsJob {
 		t.Helper()
-		eventually(t, volumeWait, "NetworkFence "+name+" Succeeded", func() (bool, string) {
-			says := nudge(name)
-			return strings.HasPrefix(says, "Succeeded"), says
+		var j csiAddonsJob
+		eventually(t, volumeWait, "NetworkFence "+name+" "+result, func() (bool, string) {
+			j = csiAddonsJob{}
+			if !k.get(&j, "networkfence", name) {
+				return false, "not found"
+			}
+			return j.Status.Result == result, j.says()
 		})
+		return j
 	}
+	wantResult := func(name string) { t.Helper(); waitFence(name, "Succeeded") }
 
 	fence("e2e-fence", "Fenced", host+"/32", block+"/24")
 	wantResult("e2e-fence")
-	blocklistWait("the host and the block in the blocklist", "e2e-fence", true)
+	eventually(t, volumeWait, "the host and the block in the blocklist", fenced)
 	fence("e2e-fence", "Unfenced", host+"/32", block+"/24")
-	blocklistWait("both lifted by fenceState Unfenced", "e2e-fence", false)
+	eventually(t, volumeWait, "both lifted by fenceState Unfenced", lifted)
 	fence("e2e-fence", "Fenced", host+"/32", block+"/24")
-	blocklistWait("both in the blocklist again", "e2e-fence", true)
+	eventually(t, volumeWait, "both in the blocklist again", fenced)
 	// The csi-addons controller v0.13.0 only drops its finalizer when a
 	// NetworkFence is deleted: the fence stays (docs/csi-addons.md says to
 	// unfence first). An object of the same CIDRs, Unfenced, lifts it.
@@ -401,23 +360,25 @@ spec:
 		t.Fatal(err)
 	}
 	time.Sleep(5 * time.Second)
-	if h, b, state := listed(); !h || !b {
+	if ok, state := fenced(); !ok {
 		t.Errorf("deleting a Fenced NetworkFence lifted the fence (%s): docs/csi-addons.md says it stays", state)
 	}
 	fence("e2e-fence", "Unfenced", host+"/32", block+"/24")
-	blocklistWait("both lifted by a new NetworkFence, Unfenced", "e2e-fence", false)
+	eventually(t, volumeWait, "both lifted by a new NetworkFence, Unfenced", lifted)
 	wantResult("e2e-fence")
 	if _, err := k.run(volumeWait, "", "delete", "networkfence", "e2e-fence", "--wait=true", "--timeout=3m"); err != nil {
 		t.Fatal(err)
 	}
 
-	// Two blocks, so that a nudge has an order to change.
-	fence("e2e-too-wide", "Fenced", "10.0.0.0/8", "172.16.0.0/12")
+	fence("e2e-too-wide", "Fenced", "10.0.0.0/8")
 	eventually(t, volumeWait, "a fence of 10.0.0.0/8 refused, naming the /16 limit", func() (bool, string) {
-		says := nudge("e2e-too-wide")
-		return strings.HasPrefix(says, "Failed") && strings.Contains(says, "/16"), says
+		var j csiAddonsJob
+		if !k.get(&j, "networkfence", "e2e-too-wide") {
+			return false, "not found"
+		}
+		return j.Status.Result == "Failed" && strings.Contains(j.says(), "/16"), j.says()
 	})
-	if _, ranges := blocklisted(t, e); slices.Contains(ranges, "10.0.0.0:0/8") || slices.Contains(ranges, "172.16.0.0:0/12") {
+	if _, ranges := blocklisted(t, e); slices.Contains(ranges, "10.0.0.0:0/8") {
 		t.Errorf("a refused fence is in the blocklist: %v", ranges)
 	}
 }

@@ -19,8 +19,8 @@ import (
 // livenessprobe sidecars: the node plugin registered itself with kubelet
 // (the CSINode lists the driver with the node's ID), and the built-in
 // /healthz of both plugins answers, as the pods' liveness probes see it.
-// The controller runs as shipped: in the pod network, in a namespace that
-// enforces the "restricted" Pod Security level.
+// The controller runs as shipped: in the pod network, in the node
+// plugin's namespace, which enforces "privileged".
 func TestDriverDeployed(t *testing.T) {
 	e := loadEnv(t)
 	k := &kube{t: t, e: e}
@@ -48,9 +48,11 @@ func TestDriverDeployed(t *testing.T) {
 	// Each plugin is asked where its liveness probe asks: the controller
 	// on its pod's address, the node plugin (in the host network) on the
 	// host's loopback.
+	// The namespace is the node plugin's level; the controller pod meets
+	// restricted (TestControllerAdmittedUnderRestricted).
 	var ns corev1.Namespace
-	if !k.get(&ns, "namespace", "rbdcsi") || ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
-		t.Errorf("namespace rbdcsi enforces %q, want restricted", ns.Labels["pod-security.kubernetes.io/enforce"])
+	if !k.get(&ns, "namespace", driverNamespace) || ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
+		t.Errorf("namespace %s enforces %q, want privileged", driverNamespace, ns.Labels["pod-security.kubernetes.io/enforce"])
 	}
 	controllerIP := ""
 	for _, p := range driverPods(t, k) {
@@ -113,12 +115,12 @@ func checkDriverNotRestarted(t *testing.T, k *kube) {
 	}
 }
 
-// driverNamespaces are where deploy/kubernetes runs the controller
-// (restricted) and the node plugin (privileged).
-var driverNamespaces = []string{"rbdcsi", "rbdcsi-node"}
+// driverNamespace is where deploy/kubernetes runs the controller and the
+// node plugin.
+const driverNamespace = "rbdcsi"
 
-// driverPods lists the driver's pods once none is terminating; a namespace
-// without one after two minutes fails t. A rollout (docs/backup.md's adds a
+// driverPods lists the driver's pods once none is terminating; none after
+// two minutes fails t. A rollout (docs/backup.md's adds a
 // sidecar to the controller) leaves the old pod terminating for its grace
 // period after `kubectl rollout status` returns, at an address that no
 // longer answers.
@@ -126,21 +128,18 @@ func driverPods(t *testing.T, k *kube) []corev1.Pod {
 	t.Helper()
 	var out []corev1.Pod
 	eventually(t, 2*time.Minute, "the driver's old pods to terminate", func() (bool, string) {
-		out = out[:0]
-		var leaving []string
-		for _, ns := range driverNamespaces {
-			var pods corev1.PodList
-			k.get(&pods, "pods", "--namespace", ns)
-			if len(pods.Items) == 0 {
-				return false, "no driver pods in namespace " + ns
-			}
-			for _, p := range pods.Items {
-				if p.DeletionTimestamp != nil {
-					leaving = append(leaving, p.Name)
-				}
-			}
-			out = append(out, pods.Items...)
+		var pods corev1.PodList
+		k.get(&pods, "pods", "--namespace", driverNamespace)
+		if len(pods.Items) == 0 {
+			return false, "no driver pods in namespace " + driverNamespace
 		}
+		var leaving []string
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				leaving = append(leaving, p.Name)
+			}
+		}
+		out = pods.Items
 		return len(leaving) == 0, "terminating: " + strings.Join(leaving, ", ")
 	})
 	return out

@@ -88,16 +88,16 @@ func podVolumeHealth(k *kube, pod, volume string) []string {
 // TestStorageHealthReachesTheCSINode: a cluster in the node plugin's
 // cluster map whose monitors do not answer shows in the node's CSINode
 // status as ClusterUnreachable, naming it, and goes when the map no
-// longer names it. Only the node plugin's map (its own ConfigMap in
-// rbdcsi-node) changes: the controller and the volumes of the other
-// scenarios never use the extra entry.
+// longer names it. The driver's one map changes: the controller's upkeep
+// meets the extra entry too (and logs that it cannot reach it), the
+// volumes of the other scenarios never name it.
 func TestStorageHealthReachesTheCSINode(t *testing.T) {
 	scenario(t)
 	e := loadEnv(t)
-	k := &kube{t: t, e: e, ns: "rbdcsi-node"}
+	k := &kube{t: t, e: e, ns: "rbdcsi"}
 	var cm corev1.ConfigMap
 	if !k.get(&cm, "configmap", "rbdcsi-cluster-config") {
-		t.Fatal("no ConfigMap rbdcsi-cluster-config in rbdcsi-node")
+		t.Fatal("no ConfigMap rbdcsi-cluster-config in rbdcsi")
 	}
 	orig := cm.Data["cluster-config.json"]
 	var clusters []map[string]any

@@ -116,7 +116,7 @@ spec:
 		n := rounds()
 		return n >= 3, "rounds: " + strconv.Itoa(n)
 	})
-	nodePod := onePod(t, k, "rbdcsi-node", "node")
+	nodePod := onePod(t, k, "rbdcsi", "node")
 	controllerPod := onePod(t, k, helmNamespace, "controller")
 
 	// The revision the upgrade starts from (docs/backup.md and
@@ -159,7 +159,7 @@ spec:
 	if after.UID != before.UID || restarts(after) != 0 {
 		t.Errorf("the reader was replaced or restarted (uid %s -> %s, restarts %d)", before.UID, after.UID, restarts(after))
 	}
-	if got := onePod(t, k, "rbdcsi-node", "node"); got.UID != nodePod.UID {
+	if got := onePod(t, k, "rbdcsi", "node"); got.UID != nodePod.UID {
 		t.Errorf("the node plugin was replaced (%s -> %s) by a change of controller values", nodePod.Name, got.Name)
 	}
 	// The data the pod wrote before the upgrade, read back afresh.

@@ -20,8 +20,9 @@ const baseManifests = "../../deploy/kubernetes"
 // TestControllerAdmittedUnderRestricted: the API server's own Pod Security
 // admission admits the shipped controller pod in a namespace that enforces
 // "restricted", and refuses the node plugin's pod there: a dry run of the
-// base's own pods, beside the controller that the guide's install runs in
-// such a namespace (TestDriverDeployed).
+// base's own pods. The install runs both in one "privileged" namespace
+// (deploy/kubernetes/namespace.yaml), so only this holds the controller's
+// pod to "restricted".
 func TestControllerAdmittedUnderRestricted(t *testing.T) {
 	scenario(t)
 	k := newKube(t, "podsecurity")

@@ -44,8 +44,8 @@ func TestZZZUninstallLeavesNothing(t *testing.T) {
 			"-l", "app.kubernetes.io/name=rbdcsi", "-o", "name", "--ignore-not-found"))
 		return out == "", out
 	})
-	eventually(t, shortWait, "the namespaces and the CSIDriver gone", func() (bool, string) {
-		out := strings.TrimSpace(k.must("get", "namespace/rbdcsi", "namespace/rbdcsi-node", "csidriver/"+driverName,
+	eventually(t, shortWait, "the namespace and the CSIDriver gone", func() (bool, string) {
+		out := strings.TrimSpace(k.must("get", "namespace/rbdcsi", "csidriver/"+driverName,
 			"-o", "name", "--ignore-not-found"))
 		return out == "", out
 	})

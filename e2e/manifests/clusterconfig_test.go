@@ -13,7 +13,7 @@ import (
 
 // TestClusterConfigAndSecret: the plugin's --cluster-config is a key of a
 // mounted ConfigMap that holds a valid cluster map, the same map for the
-// controller and the node plugin (each reads a copy in its own namespace),
+// controller and the node plugin,
 // and the controller's --controller-secret-dir a mounted Secret with
 // userID and userKey.
 func TestClusterConfigAndSecret(t *testing.T) {

@@ -40,7 +40,7 @@ func TestHelmRendersCSIAddons(t *testing.T) {
 	t.Logf("compared %d objects", len(want))
 	t.Run("detects drift", func(t *testing.T) {
 		for _, tc := range []struct{ name, overlay, want string }{
-			{"port", "csiAddons: {port: 9071}", "DaemonSet rbdcsi-node/rbdcsi-node: spec.template.spec.containers[3]"},
+			{"port", "csiAddons: {port: 9071}", "DaemonSet rbdcsi/rbdcsi-node: spec.template.spec.containers[3]"},
 			{"fence Secret", "csiAddons: {fenceSecret: other}", "Role rbdcsi/rbdcsi-csi-addons: rules[3]"},
 			{"replication Secret", "csiAddons: {replicationSecret: other}", "Role rbdcsi/rbdcsi-csi-addons: rules[3]"},
 			{"disabled", "csiAddons: {enabled: false}", "ClusterRole /rbdcsi-csi-addons: not rendered"},
@@ -62,13 +62,9 @@ func TestHelmRendersCSIAddons(t *testing.T) {
 func TestHelmCSIAddonsRuns(t *testing.T) {
 	for _, more := range []string{"", "controller: {hostNetwork: true}"} {
 		m := renderValues(t, withCSIAddons(t, more)...).manifests
-		level := psa.LevelRestricted
-		if more != "" {
-			level = psa.LevelPrivileged
-		}
 		for name, check := range map[string]func(*testing.T, *manifests){
 			"pod security": func(t *testing.T, m *manifests) {
-				checkPodSecurity(t, m, map[string]psa.Level{helmNamespace: level})
+				checkPodSecurity(t, m, map[string]psa.Level{helmNamespace: psa.LevelPrivileged})
 			},
 			"wiring":           checkWiring,
 			"tokens":           checkTokens,

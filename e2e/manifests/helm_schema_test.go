@@ -356,10 +356,10 @@ var helmSanity = map[string]func(*testing.T, *rendered){
 				t.Errorf("%s: --node-registry=%s, want ceph1/kubernetes (the first cluster and the pool)", w.name, got)
 			}
 		}
-		// Existing Secrets and node namespace: none is rendered.
+		// Existing Secrets and namespace: none is rendered.
 		for _, o := range r.objects {
 			if o.gvk.Kind == "Secret" || o.gvk.Kind == "Namespace" {
-				t.Errorf("%s: rendered, though the Secrets and the node namespace are made before helm install", o)
+				t.Errorf("%s: rendered, though the Secrets and the namespace are made before helm install", o)
 			}
 		}
 	},

@@ -98,7 +98,7 @@ func certless(t *testing.T, objs map[string]map[string]any) map[string]map[strin
 // TestHelmSnapshotMetadataRuns: the checks of what runs that hold for
 // kustomize's installs hold for the chart's render with
 // snapshotMetadata.enabled: the restricted controller and Pod Security
-// (the release namespace, made before `helm install`, being restricted),
+// (the release namespace, made before `helm install`, being privileged),
 // ports, tokens, RBAC, sockets, the Secrets read, and the backup tools'
 // role.
 func TestHelmSnapshotMetadataRuns(t *testing.T) {
@@ -106,7 +106,7 @@ func TestHelmSnapshotMetadataRuns(t *testing.T) {
 	for name, check := range map[string]func(*testing.T, *manifests){
 		"restricted": checkControllerRestricted,
 		"pod security": func(t *testing.T, m *manifests) {
-			checkPodSecurity(t, m, map[string]psa.Level{helmNamespace: psa.LevelRestricted})
+			checkPodSecurity(t, m, map[string]psa.Level{helmNamespace: psa.LevelPrivileged})
 		},
 		"wiring":           checkWiring,
 		"tokens":           checkTokens,

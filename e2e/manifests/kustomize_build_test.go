@@ -14,10 +14,9 @@ import (
 
 // siteGenerated are the objects deploy/site generates from its files.
 var siteGenerated = map[string]bool{
-	"ConfigMap rbdcsi/rbdcsi-cluster-config":      true,
-	"ConfigMap rbdcsi-node/rbdcsi-cluster-config": true,
-	"Secret rbdcsi/rbdcsi-secret":                 true,
-	"Secret rbdcsi-node/rbdcsi-node-secret":       true,
+	"ConfigMap rbdcsi/rbdcsi-cluster-config": true,
+	"Secret rbdcsi/rbdcsi-secret":            true,
+	"Secret rbdcsi/rbdcsi-node-secret":       true,
 }
 
 // nodePlugin is the rbdplugin container of the node DaemonSet, and
@@ -222,8 +221,8 @@ func checkE2E(t *testing.T, m, ref *manifests) {
 	}
 	users := siteUserFiles(t)
 	want := map[string][2]string{
-		"rbdcsi/rbdcsi-secret":           {users["userID"], users["userKey"]},
-		"rbdcsi-node/rbdcsi-node-secret": {users["nodeUserID"], users["nodeUserKey"]},
+		"rbdcsi/rbdcsi-secret":      {users["userID"], users["userKey"]},
+		"rbdcsi/rbdcsi-node-secret": {users["nodeUserID"], users["nodeUserKey"]},
 	}
 	secrets, _ := all[*corev1.Secret](m)
 	for _, s := range secrets {

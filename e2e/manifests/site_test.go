@@ -98,13 +98,13 @@ func TestSiteFilesReachTheObjects(t *testing.T) {
 			t.Errorf("ConfigMap %s/%s does not hold exactly the site's cluster-config.json and kms-config.json: %v", cm.Namespace, cm.Name, cm.Data)
 		}
 	}
-	if len(cms) != 2 {
-		t.Errorf("%d ConfigMaps, want the cluster map's in rbdcsi and rbdcsi-node", len(cms))
+	if len(cms) != 1 {
+		t.Errorf("%d ConfigMaps, want the cluster map's in rbdcsi", len(cms))
 	}
 	secrets, _ := all[*corev1.Secret](m)
 	want := map[string][2]string{
-		"rbdcsi/rbdcsi-secret":           {site["userID"], site["userKey"]},
-		"rbdcsi-node/rbdcsi-node-secret": {site["nodeUserID"], site["nodeUserKey"]},
+		"rbdcsi/rbdcsi-secret":      {site["userID"], site["userKey"]},
+		"rbdcsi/rbdcsi-node-secret": {site["nodeUserID"], site["nodeUserKey"]},
 	}
 	for _, s := range secrets {
 		w := want[s.Namespace+"/"+s.Name]

@@ -104,6 +104,9 @@ app.kubernetes.io/component: {{ .component }}
      helm install --dry-run=client know a cluster's kinds only from
      --api-versions). helm lint renders neither as install nor upgrade. */}}
 {{- define "rbdcsi.validate" -}}
+{{- if hasKey .Values "nodeNamespace" -}}
+{{- fail "nodeNamespace is gone: the node plugin runs in the release namespace, beside the controller (the csi-addons controller finds the leading controller sidecar only when all of the driver's pods share one namespace). Label the release namespace pod-security.kubernetes.io/enforce=privileged, make the node user's Secret in it, and upgrade with --set nodeNamespace=null (docs/operations.md, upgrades)" -}}
+{{- end -}}
 {{- if and (gt (int .Values.controller.replicas) 1) (not .Values.controller.leaderElection.enabled) -}}
 {{- fail "controller.replicas > 1 needs controller.leaderElection.enabled: two replicas without leader election would both act on every request" -}}
 {{- end -}}
