@@ -23,9 +23,8 @@
 # Environment: DR_ADDR_A (default 127.0.0.2), DR_ADDR_B (default 127.0.0.3),
 # DR_MIRROR_INTERVAL (seconds between rbd-mirror's looks and reports,
 # default 5; Ceph's own is 30).
-# rbd-mirror is stopped by the PID recorded in DIR/<site>/rbd-mirror.pid,
-# checked against its command line (which names the site's ceph.conf):
-# never by name.
+# rbd-mirror is stopped by the PID recorded in DIR/<site>/rbd-mirror.pid
+# (scripts/mirror-lib.sh, which scripts/k8s-e2e.sh shares): never by name.
 set -euo pipefail
 
 readonly PROG=${0##*/}
@@ -33,11 +32,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 readonly here
 # shellcheck source=scripts/lib.sh
 source "$here/lib.sh"
+# shellcheck source=scripts/mirror-lib.sh
+source "$here/mirror-lib.sh"
 unset CEPH_ARGS
 
 readonly ADDR_A=${DR_ADDR_A:-127.0.0.2} ADDR_B=${DR_ADDR_B:-127.0.0.3}
 readonly POOL=rbd
-readonly TIMEOUT=30
 readonly MARKER=.dr-cluster-sh
 readonly MIRROR_INTERVAL=${DR_MIRROR_INTERVAL:-5}
 
@@ -58,87 +58,16 @@ site_addr() {
 	esac
 }
 
+# start_site_mirror SITE: the site's rbd-mirror, reaching both clusters
+# from the site's address (mirror-lib.sh, start_mirror).
+start_site_mirror() {
+	start_mirror "$(site_dir "$1")" "$MIRROR_INTERVAL" "$(site_addr "$1")" "$DIR/sourceaddr.so"
+}
+
 rbd_at() {
 	local site=$1
 	shift
-	timeout "$TIMEOUT" rbd -c "$(site_dir "$site")/ceph.conf" --client_mount_timeout 15 "$@"
-}
-
-# mirror_pid SITE: the PID of the site's rbd-mirror if it runs, else nothing.
-mirror_pid() {
-	local d pid cmdline
-	d=$(site_dir "$1")
-	[[ -r $d/rbd-mirror.pid ]] || return 0
-	pid=$(<"$d/rbd-mirror.pid")
-	[[ $pid =~ ^[0-9]+$ && -r /proc/$pid/cmdline ]] || return 0
-	cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 0
-	[[ $cmdline == "rbd-mirror -c $d/ceph.conf "* ]] && echo "$pid"
-	return 0
-}
-
-# start_mirror SITE: start the site's rbd-mirror unless it runs. It takes
-# its own cluster's configuration from CEPH_CONF and the working directory
-# (it does not read -c for that connection); -c in its command line names
-# the site for mirror_pid. It looks for new images and peers, and reports
-# on each image, every MIRROR_INTERVAL seconds instead of 30: the tests
-# wait for those reports. It reaches both clusters from its own site's
-# address, as an rbd-mirror on a host of its site would (scripts/sourceaddr.c,
-# built by cmd_up): else every client on this machine comes from
-# 127.0.0.1, and the peer's rbd-mirror, which watches a primary image it
-# replays, would look like the test's node plugin to a detach's fence,
-# which tells them apart by address (internal/controller/fence.go).
-start_mirror() {
-	local site=$1 d pid i
-	d=$(site_dir "$site")
-	[[ -n $(mirror_pid "$site") ]] && return 0
-	(
-		cd "$d"
-		LD_PRELOAD=$DIR/sourceaddr.so RBDCSI_SOURCE_ADDR=$(site_addr "$site") \
-			CEPH_CONF=$d/ceph.conf exec setsid rbd-mirror -c "$d/ceph.conf" --id admin -f \
-			--log-file "$d/log/rbd-mirror.log" --admin-socket "$d/run/rbd-mirror.asok" \
-			--rbd_mirror_image_state_check_interval "$MIRROR_INTERVAL" \
-			--rbd_mirror_pool_replayers_refresh_interval "$MIRROR_INTERVAL" \
-			</dev/null >>"$d/log/rbd-mirror.out" 2>&1
-	) &
-	echo $! >"$d/rbd-mirror.pid"
-	for ((i = 0; i < 50; i++)); do
-		pid=$(mirror_pid "$site")
-		[[ -n $pid ]] && break
-		sleep 0.1
-	done
-	[[ -n $pid ]] || {
-		tail -n 20 "$d/log/rbd-mirror.out" "$d/log/rbd-mirror.log" >&2 || true
-		die "rbd-mirror of site $site did not start"
-	}
-}
-
-stop_mirror() {
-	local site=$1 pid i
-	pid=$(mirror_pid "$site")
-	[[ -n $pid ]] || return 0
-	kill -TERM "$pid" 2>/dev/null || true
-	for ((i = 0; i < 100; i++)); do
-		if [[ -z $(mirror_pid "$site") ]]; then
-			# Reap it when this shell started it (run), so no zombie
-			# stays behind until this script ends.
-			wait "$pid" 2>/dev/null || true
-			return 0
-		fi
-		sleep 0.1
-	done
-	log "SIGKILL rbd-mirror $pid of site $site (alive 10 s after SIGTERM)"
-	kill -KILL "$pid" 2>/dev/null || true
-	for ((i = 0; i < 50; i++)); do
-		[[ -n $(mirror_pid "$site") ]] || return 0
-		sleep 0.1
-	done
-	die "rbd-mirror $pid of site $site still alive after SIGKILL"
-}
-
-# peered SITE: the site's pool has a mirror peer (a non-empty "peers"
-# list; each peer has a "uuid").
-peered() {
-	rbd_at "$1" mirror pool info "$POOL" --format json | grep -q '"peers":\[{"uuid"'
+	mirror_rbd "$(site_dir "$site")" "$@"
 }
 
 cmd_up() {
@@ -161,26 +90,10 @@ cmd_up() {
 	wait "$pb" || ok=0
 	cat "$DIR/a.up.log" "$DIR/b.up.log" >&2
 	((ok)) || die "a cluster did not come up"
-	rbd_at a mirror pool enable "$POOL" image --site-name site-a >/dev/null
-	rbd_at b mirror pool enable "$POOL" image --site-name site-b >/dev/null
-	if ! peered a || ! peered b; then
-		(
-			umask 077
-			rbd_at a mirror pool peer bootstrap create --site-name site-a "$POOL" >"$DIR/token"
-		)
-		rbd_at b mirror pool peer bootstrap import --site-name site-b --direction rx-tx "$POOL" "$DIR/token" 2>>"$DIR/b.up.log" >/dev/null
-		rm -f "$DIR/token"
-		if ! peered a || ! peered b; then die "the pools did not peer"; fi
-	fi
-	# Built once per DIR, and moved in whole: a running rbd-mirror of an
-	# earlier up maps it.
-	if [[ ! -e $DIR/sourceaddr.so ]]; then
-		# runs: gcc
-		gcc -shared -fPIC -O2 -Wall -o "$DIR/sourceaddr.so.tmp" "$here/sourceaddr.c" -ldl
-		mv "$DIR/sourceaddr.so.tmp" "$DIR/sourceaddr.so"
-	fi
-	start_mirror a
-	start_mirror b
+	mirror_peer "$POOL" "$(site_dir a)" site-a "$(site_dir b)" site-b
+	mirror_build_shim "$DIR"
+	start_site_mirror a
+	start_site_mirror b
 	{
 		printf 'export DR_A_DIR=%q\n' "$(site_dir a)"
 		printf 'export DR_B_DIR=%q\n' "$(site_dir b)"
@@ -195,7 +108,7 @@ cmd_down() {
 	[[ -e $DIR/$MARKER || -z $(ls -A "$DIR") ]] || die "$DIR is not a $PROG directory (no $MARKER); not touching it"
 	local s
 	for s in a b; do
-		[[ -d $(site_dir "$s") ]] && stop_mirror "$s"
+		[[ -d $(site_dir "$s") ]] && stop_mirror "$(site_dir "$s")"
 	done
 	for s in a b; do
 		"$here/ceph-cluster.sh" down "$(site_dir "$s")"
@@ -206,10 +119,10 @@ cmd_down() {
 cmd_status() {
 	local s rc=0
 	for s in a b; do
-		echo "== site $s: rbd-mirror pid $(mirror_pid "$s")"
+		echo "== site $s: rbd-mirror pid $(mirror_pid "$(site_dir "$s")")"
 		"$here/ceph-cluster.sh" status "$(site_dir "$s")" || rc=1
 		rbd_at "$s" mirror pool info "$POOL" || rc=1
-		[[ -n $(mirror_pid "$s") ]] || {
+		[[ -n $(mirror_pid "$(site_dir "$s")") ]] || {
 			log "rbd-mirror of site $s is not running"
 			rc=1
 		}
