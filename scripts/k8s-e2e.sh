@@ -47,6 +47,8 @@ readonly ROOT
 readonly ARTIFACTS=${E2E_ARTIFACTS:-/tmp/rbdcsi-e2e-artifacts}
 # shellcheck source=scripts/lib.sh
 source "$ROOT/scripts/lib.sh"
+# shellcheck source=scripts/mirror-lib.sh
+source "$ROOT/scripts/mirror-lib.sh"
 
 # lib.sh's log, with the time of day.
 log() { echo "$PROG: $(date +%T) $*" >&2; }
@@ -75,6 +77,7 @@ teardown() {
 			remove_install "$work" >/dev/null 2>&1 || true
 		fi
 	fi
+	site_b_down "$work" || log "the second site's teardown reported an error"
 	"$ROOT/scripts/k8s-node.sh" down "$work/node" || log "node teardown reported an error"
 	"$ROOT/scripts/ceph-cluster.sh" down "$work/ceph" || log "Ceph teardown reported an error"
 	stop_tentacle "$work"
@@ -125,6 +128,7 @@ collect_artifacts() {
 	[[ -d $work/node/log ]] && cp -r "$work/node/log" "$ARTIFACTS/node-logs"
 	[[ -d $work/node.logs ]] && cp -r "$work/node.logs" "$ARTIFACTS/node-logs"
 	[[ -d $work/ceph/log ]] && cp -r "$work/ceph/log" "$ARTIFACTS/ceph-logs"
+	[[ -d $work/ceph-b/log ]] && cp -r "$work/ceph-b/log" "$ARTIFACTS/ceph-b-logs"
 	[[ -d $work/tentacle/cluster/log ]] && cp -r "$work/tentacle/cluster/log" "$ARTIFACTS/tentacle-logs"
 	[[ -f $work/tentacle/cluster.log ]] && cp "$work/tentacle/cluster.log" "$ARTIFACTS/tentacle-logs.up.log"
 	# The guide's scripts as they ran (no keys: those are in files beside
@@ -149,7 +153,7 @@ collect_artifacts() {
 	if [[ -x $k ]]; then
 		"$k" get all,pvc,pv,volumeattachments,csinodes,volumesnapshots,volumesnapshotcontents -A -o wide >"$ARTIFACTS/objects.txt" 2>&1 || true
 		"$k" get volumegroupsnapshots,volumegroupsnapshotcontents,volumegroupsnapshotclasses -A -o wide >>"$ARTIFACTS/objects.txt" 2>&1 || true
-		"$k" get csiaddonsnodes,reclaimspacejobs,networkfences,networkfenceclasses -A -o yaml >"$ARTIFACTS/csi-addons.yaml" 2>&1 || true
+		"$k" get csiaddonsnodes,reclaimspacejobs,networkfences,networkfenceclasses,volumereplications,volumereplicationclasses -A -o yaml >"$ARTIFACTS/csi-addons.yaml" 2>&1 || true
 		"$k" get events -A --sort-by=.lastTimestamp >"$ARTIFACTS/events.txt" 2>&1 || true
 		local ns p c
 		for ns in rbdcsi csi-addons-system; do
@@ -233,13 +237,25 @@ main() {
 	(cd "$ROOT" && go build -o "$E2E_TOOLS/testreport" ./scripts/testreport) || die "building scripts/testreport failed"
 	if [[ $passes == *kustomize* || $passes == *helm* ]]; then
 		# Ceph on the node's address, which the pods reach over the node's
-		# pod bridge (scripts/k8s-node.sh).
-		CEPH_ADDR=$E2E_NODE_IP "$ROOT/scripts/ceph-cluster.sh" up "$work/ceph"
+		# pod bridge (scripts/k8s-node.sh); with a mgr, which the snapshot
+		# schedules of replication need. The kustomize pass's second site
+		# boots meanwhile.
+		local pb=""
+		if [[ $passes == *kustomize* ]]; then
+			site_b_boot "$work" &
+			pb=$!
+		fi
+		CEPH_ADDR=$E2E_NODE_IP CEPH_WITH_MGR=1 "$ROOT/scripts/ceph-cluster.sh" up "$work/ceph"
 		set -a
 		# shellcheck disable=SC1091
 		source "$work/ceph/env"
 		set +a
 		log "Ceph up after $((SECONDS - t0)) s"
+		if [[ -n $pb ]]; then
+			wait "$pb" || die "the second site did not come up (its log: $work/ceph-b.up.log)"
+			site_b_peer "$work"
+			log "the second site up and peered after $((SECONDS - t0)) s"
+		fi
 	fi
 
 	if [[ $passes == *kustomize* ]]; then
@@ -247,6 +263,10 @@ main() {
 		export RBDCSI_E2E_INSTALL=kustomize
 		(cd "$ROOT" && go_test kustomize "$@") || rc=$?
 		log "kustomize pass finished (exit $rc) after $((SECONDS - t0)) s"
+		# Only the kustomize pass replicates; the group snapshot pass's
+		# cluster takes the first one's address, which A's rbd-mirror must
+		# not reach for.
+		if ((rc == 0)); then site_b_down "$work" || rc=1; fi
 	fi
 	if [[ $passes == *helm* ]] && ((rc == 0)); then
 		local th=$SECONDS
@@ -288,6 +308,48 @@ install_csi_addons() {
 		"$1/bin/kubectl" create -f "$CACHE/csi-addons/$f.yaml" >/dev/null ||
 			die "installing the csi-addons controller: kubectl create -f $CACHE/csi-addons/$f.yaml failed"
 	done
+}
+
+# site_b_boot WORK: the replication scenario's second Ceph cluster (site
+# B; the first is site A), on a second address of the node's interface,
+# in the node's /24, which the pods reach as they reach A; with a mgr for
+# the snapshot schedules, one OSD. Its log is WORK/ceph-b.up.log.
+site_b_boot() {
+	local work=$1 addr=${E2E_NODE_IP%.*}.2
+	ip addr add "$addr/32" dev "$E2E_IFACE" || die "adding $addr to $E2E_IFACE failed"
+	echo "$addr $E2E_IFACE" >"$work/site-b.addr"
+	CEPH_ADDR=$addr CEPH_WITH_MGR=1 CEPH_EC_POOL=0 "$ROOT/scripts/ceph-cluster.sh" up "$work/ceph-b" \
+		>"$work/ceph-b.up.log" 2>&1
+}
+
+# site_b_peer WORK: pool rbd of A and B peered both ways in image mode
+# (scripts/mirror-lib.sh, as make dr-test does), an rbd-mirror on each
+# (looking and reporting every 5 s, as there), and B's monitors and admin
+# configuration for the scenario (E2E_SITE_B_*).
+site_b_peer() {
+	local work=$1
+	mirror_peer rbd "$work/ceph" site-a "$work/ceph-b" site-b
+	start_mirror "$work/ceph" 5
+	start_mirror "$work/ceph-b" 5
+	E2E_SITE_B_CONF=$work/ceph-b/ceph.conf
+	E2E_SITE_B_MON_HOST=$(sed -n 's/^export CEPH_MON_HOST=//p' "$work/ceph-b/env")
+	export E2E_SITE_B_CONF E2E_SITE_B_MON_HOST
+}
+
+# site_b_down WORK: both rbd-mirror daemons, cluster B and its address;
+# what is not there is skipped.
+site_b_down() {
+	local work=$1 rc=0 addr iface
+	[[ -d $work/ceph ]] && stop_mirror "$work/ceph"
+	[[ -d $work/ceph-b ]] && stop_mirror "$work/ceph-b"
+	"$ROOT/scripts/ceph-cluster.sh" down "$work/ceph-b" || rc=1
+	if [[ -f $work/site-b.addr ]]; then
+		read -r addr iface <"$work/site-b.addr"
+		if ip link show "$iface" >/dev/null 2>&1; then ip addr del "$addr/32" dev "$iface" 2>/dev/null || true; fi
+		rm -f "$work/site-b.addr"
+	fi
+	unset E2E_SITE_B_CONF E2E_SITE_B_MON_HOST
+	return "$rc"
 }
 
 # guide_vars WORK TAG: the values of docs/install.md's step 1 for the Ceph

@@ -359,6 +359,7 @@ cmd_up() {
 			printf 'export KUBECTL=%q\n' "$BIN/kubectl"
 			printf 'export E2E_NODE_NAME=%q\n' "$NODE_NAME"
 			printf 'export E2E_NODE_IP=%q\n' "$NODE_IP"
+			printf 'export E2E_IFACE=%q\n' "$IFACE"
 			printf 'export E2E_KUBE_DIR=%q\n' "$DIR"
 			printf 'export CONTAINERD_ADDRESS=%q\n' "$SOCK"
 		} >"$DIR/env"
