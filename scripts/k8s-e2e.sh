@@ -325,12 +325,17 @@ site_b_boot() {
 # site_b_peer WORK: pool rbd of A and B peered both ways in image mode
 # (scripts/mirror-lib.sh, as make dr-test does), an rbd-mirror on each
 # (looking and reporting every 5 s, as there), and B's monitors and admin
-# configuration for the scenario (E2E_SITE_B_*).
+# configuration for the scenario (E2E_SITE_B_*). Each rbd-mirror reaches
+# both clusters from its own site's address, which the node plugin, whose
+# source address towards a cluster on this host is that cluster's own,
+# never uses towards the peer: a detach's fence tells them apart by it.
 site_b_peer() {
-	local work=$1
+	local work=$1 addr_b
+	read -r addr_b _ <"$work/site-b.addr"
 	mirror_peer rbd "$work/ceph" site-a "$work/ceph-b" site-b
-	start_mirror "$work/ceph" 5
-	start_mirror "$work/ceph-b" 5
+	mirror_build_shim "$work"
+	start_mirror "$work/ceph" 5 "$E2E_NODE_IP" "$work/sourceaddr.so"
+	start_mirror "$work/ceph-b" 5 "$addr_b" "$work/sourceaddr.so"
 	E2E_SITE_B_CONF=$work/ceph-b/ceph.conf
 	E2E_SITE_B_MON_HOST=$(sed -n 's/^export CEPH_MON_HOST=//p' "$work/ceph-b/env")
 	export E2E_SITE_B_CONF E2E_SITE_B_MON_HOST

@@ -2,10 +2,10 @@
  * sourceaddr.c: an LD_PRELOAD library that makes a process reach IPv4
  * peers from the source address RBDCSI_SOURCE_ADDR names, by binding each
  * unbound TCP socket to it (port 0) before its connect(2). Only for tests:
- * scripts/dr-cluster.sh runs each site's rbd-mirror with it, so that the
- * clusters see that daemon at its own site's address (127.0.0.2 or
- * 127.0.0.3), as they would an rbd-mirror on a host of that site, and not
- * at 127.0.0.1, the source of every other client on the machine. Ceph's
+ * scripts/mirror-lib.sh (start_mirror) runs each site's rbd-mirror with
+ * it, so that the clusters see that daemon at its own site's address, as
+ * they would an rbd-mirror on a host of that site, and not at the source
+ * of every other client on the machine. Ceph's
  * own ms_bind_before_connect binds only the messengers of daemons that
  * have an address of their own; a librados client such as rbd-mirror has
  * none to bind to. A socket it cannot bind is left to connect as it

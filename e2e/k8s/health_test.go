@@ -5,7 +5,6 @@ package k8s
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -94,39 +93,11 @@ func podVolumeHealth(k *kube, pod, volume string) []string {
 func TestStorageHealthReachesTheCSINode(t *testing.T) {
 	scenario(t)
 	e := loadEnv(t)
-	k := &kube{t: t, e: e, ns: "rbdcsi"}
-	var cm corev1.ConfigMap
-	if !k.get(&cm, "configmap", "rbdcsi-cluster-config") {
-		t.Fatal("no ConfigMap rbdcsi-cluster-config in rbdcsi")
-	}
-	orig := cm.Data["cluster-config.json"]
-	var clusters []map[string]any
-	if err := json.Unmarshal([]byte(orig), &clusters); err != nil {
-		t.Fatalf("the node's cluster map: %v", err)
-	}
+	k := &kube{t: t, e: e}
 	// Port 9 (discard) of the node's loopback: nothing listens, nothing
 	// leaves the node.
 	const unreachable = "e2e-unreachable"
-	clusters = append(clusters, map[string]any{"clusterID": unreachable, "monitors": []string{"127.0.0.1:9"}})
-	patched, err := json.Marshal(clusters)
-	if err != nil {
-		t.Fatal(err)
-	}
-	setMap := func(data string) {
-		t.Helper()
-		p, err := json.Marshal(map[string]any{"data": map[string]string{"cluster-config.json": data}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		k.must("patch", "configmap", "rbdcsi-cluster-config", "--type=merge", "-p", string(p))
-	}
-	restored := false
-	t.Cleanup(func() {
-		if !restored {
-			setMap(orig)
-		}
-	})
-	setMap(string(patched))
+	addToClusterMap(t, k, map[string]any{"clusterID": unreachable, "monitors": []string{"127.0.0.1:9"}})
 	// The kubelet refreshes the mounted map within a minute, the plugin
 	// re-reads it on the next call, the health manager asks every
 	// volumeStatsAggPeriod.
@@ -136,8 +107,7 @@ func TestStorageHealthReachesTheCSINode(t *testing.T) {
 			return c.Status == storagev1.StorageUnreachable && c.Reason == "ClusterUnreachable" && strings.Contains(c.Message, unreachable)
 		}), fmt.Sprint(got)
 	})
-	setMap(orig)
-	restored = true
+	removeFromClusterMap(t, k, unreachable)
 	eventually(t, volumeWait, "the condition gone from the CSINode's status", func() (bool, string) {
 		got := storageHealth(k, e.nodeName)
 		return len(got) == 0, fmt.Sprint(got)

@@ -58,41 +58,18 @@ func (b siteB) addUsers(t *testing.T, a env, users ...string) {
 	})
 }
 
-// clusterMaps are the driver's cluster map ConfigMaps: the controller's
-// and the node plugins'.
-var clusterMaps = []string{"rbdcsi", "rbdcsi-node"}
-
-// addToClusterMap adds B to the driver's cluster map, in both ConfigMaps,
-// and waits until both plugins' mounted copies show it (the plugins re-read
-// a changed map without a restart). The map's first version comes back
-// when the test ends.
+// addToClusterMap adds B to the driver's cluster map and waits until both
+// plugins' mounted copies show it (the plugins re-read a changed map
+// without a restart). B's entry goes when the test ends.
 func (b siteB) addToClusterMap(t *testing.T, k *kube) {
 	t.Helper()
-	k = &kube{t: t, e: k.e} // the driver's namespaces
-	const key = "cluster-config.json"
-	for _, ns := range clusterMaps {
-		var cm struct {
-			Data map[string]string `json:"data"`
-		}
-		if !k.get(&cm, "configmap", "rbdcsi-cluster-config", "--namespace", ns) {
-			t.Fatalf("no ConfigMap rbdcsi-cluster-config in %s", ns)
-		}
-		var clusters []map[string]any
-		if err := json.Unmarshal([]byte(cm.Data[key]), &clusters); err != nil {
-			t.Fatalf("the cluster map in %s: %v", ns, err)
-		}
-		old := cm.Data[key]
-		clusters = append(clusters, map[string]any{"clusterID": b.clusterID, "monitors": []string{b.monHost}})
-		updated, err := json.Marshal(clusters)
-		must(t, err)
-		patchMap(t, k, ns, key, string(updated))
-		t.Cleanup(func() { patchMap(t, k, ns, key, old) })
-	}
+	k = &kube{t: t, e: k.e} // the driver's namespace
+	const key = clusterMapKey
+	addToClusterMap(t, k, map[string]any{"clusterID": b.clusterID, "monitors": []string{b.monHost}})
 	// The plugins' copies: the controller's and this node's node plugin.
-	for _, target := range []string{"rbdcsi/deployment/rbdcsi-controller", "rbdcsi-node/daemonset/rbdcsi-node"} {
-		ns, obj, _ := strings.Cut(target, "/")
+	for _, obj := range []string{"deployment/rbdcsi-controller", "daemonset/rbdcsi-node"} {
 		eventually(t, shortWait, "the cluster map with "+b.clusterID+" in "+obj, func() (bool, string) {
-			out, err := k.run(shortWait, "", "--namespace", ns, "exec", obj, "-c", "rbdplugin", "--",
+			out, err := k.run(shortWait, "", "--namespace", driverNamespace, "exec", obj, "-c", "rbdplugin", "--",
 				"cat", "/etc/rbdcsi/clusters/"+key)
 			if err != nil {
 				return false, err.Error()
@@ -122,16 +99,6 @@ stringData:
 	t.Cleanup(func() {
 		k.runQuiet(shortWait, "--namespace", "rbdcsi", "delete", "secret", "rbdcsi-replication", "--ignore-not-found")
 	})
-}
-
-func patchMap(t *testing.T, k *kube, ns, key, value string) {
-	t.Helper()
-	patch, err := json.Marshal(map[string]any{"data": map[string]string{key: value}})
-	must(t, err)
-	if _, err := k.run(shortWait, "", "--namespace", ns, "patch", "configmap", "rbdcsi-cluster-config",
-		"--type", "merge", "-p", string(patch)); err != nil {
-		t.Error(err)
-	}
 }
 
 // mirrorInfo is what `rbd info --format json` says of an image's
