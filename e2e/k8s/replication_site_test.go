@@ -192,11 +192,11 @@ spec:
 			return false, "not found"
 		}
 		// The csi-addons controller v0.13.0 retries a failed reconcile
-		// with a delay that doubles up to 16 min, and half its lookups of
-		// the controller's sidecar fail ("no leader found",
-		// docs/csi-addons.md): a change of the spec retries at once. Only
-		// autoResync can change without effect, and only while primary
-		// (a secondary copy resyncs with force when it is set).
+		// (a promote refused until the demotion has arrived) with a
+		// delay that doubles up to 16 min: a change of the spec retries
+		// at once. Only autoResync can change without effect, and only
+		// while primary (a secondary copy resyncs with force when it is
+		// set).
 		if state == "primary" && v.Status.State != want && time.Since(start) > 20*time.Second {
 			start, poked = time.Now(), !poked
 			k.runQuiet(shortWait, "patch", "volumereplication", name, "--type", "merge",

@@ -11,8 +11,8 @@ import (
 
 // replicationWait bounds each step that waits for rbd-mirror (a look and a
 // report every 5 s, scripts/k8s-e2e.sh) and for the csi-addons controller,
-// which retries a failed call with a growing delay (a call that went to
-// no leader, docs/csi-addons.md; a promote that waits for the demotion).
+// which retries a failed call with a growing delay (a promote that waits
+// for the demotion).
 const replicationWait = 5 * time.Minute
 
 // TestVolumeReplicationRelocatesToSecondSite follows docs/disaster-recovery.md's
