@@ -30,16 +30,31 @@ func hasDM() bool {
 	return err == nil && regexp.MustCompile(`(?m)\sdevice-mapper$`).Match(b)
 }
 
-// keyRecord is the encrypted volume's key record in the site's copy.
-func (s *site) keyRecord(t *testing.T, image string) kms.VolumeKey {
+// withImage runs use with the site's copy open as admin (read-only unless
+// write), and closes it after.
+func (s *site) withImage(t *testing.T, image string, write bool, use func(*librbd.Image)) {
 	t.Helper()
 	ioctx, done := s.c.AdminIoctx(t)
 	defer done()
-	img, err := librbd.OpenImageReadOnly(ioctx, image, librbd.NoSnapshot)
+	open := librbd.OpenImageReadOnly
+	if write {
+		open = librbd.OpenImage
+	}
+	img, err := open(ioctx, image, librbd.NoSnapshot)
 	harness.Must(t, err, "opening %s on site %s", image, s.name)
 	defer img.Close()
-	md, err := img.ListMetadata()
-	harness.Must(t, err, "metadata of %s on site %s", image, s.name)
+	use(img)
+}
+
+// keyRecord is the encrypted volume's key record in the site's copy.
+func (s *site) keyRecord(t *testing.T, image string) kms.VolumeKey {
+	t.Helper()
+	var md map[string]string
+	s.withImage(t, image, false, func(img *librbd.Image) {
+		var err error
+		md, err = img.ListMetadata()
+		harness.Must(t, err, "metadata of %s on site %s", image, s.name)
+	})
 	rec, ok, err := kms.ReadVolumeKey(md)
 	if !ok || err != nil {
 		t.Fatalf("site %s: %s carries no whole key record (%v): %v", s.name, image, err, md)
@@ -70,27 +85,22 @@ func (s *site) unwrap(t *testing.T, image string, secrets map[string]string) []b
 // readRaw reads n bytes of the site's copy at off, as admin.
 func (s *site) readRaw(t *testing.T, image string, off int64, n int) []byte {
 	t.Helper()
-	ioctx, done := s.c.AdminIoctx(t)
-	defer done()
-	img, err := librbd.OpenImageReadOnly(ioctx, image, librbd.NoSnapshot)
-	harness.Must(t, err, "opening %s on site %s", image, s.name)
-	defer img.Close()
 	buf := make([]byte, n)
-	got, err := img.ReadAt(buf, off)
-	harness.Must(t, err, "reading %s on site %s", image, s.name)
-	return buf[:got]
+	s.withImage(t, image, false, func(img *librbd.Image) {
+		got, err := img.ReadAt(buf, off)
+		harness.Must(t, err, "reading %s on site %s", image, s.name)
+		buf = buf[:got]
+	})
+	return buf
 }
 
 func (s *site) writeRaw(t *testing.T, image string, off int64, data []byte) {
 	t.Helper()
-	ioctx, done := s.c.AdminIoctx(t)
-	defer done()
-	img, err := librbd.OpenImage(ioctx, image, librbd.NoSnapshot)
-	harness.Must(t, err, "opening %s on site %s", image, s.name)
-	defer img.Close()
-	_, err = img.WriteAt(data, off)
-	harness.Must(t, err, "writing %s on site %s", image, s.name)
-	harness.Must(t, img.Flush(), "flushing %s", image)
+	s.withImage(t, image, true, func(img *librbd.Image) {
+		_, err := img.WriteAt(data, off)
+		harness.Must(t, err, "writing %s on site %s", image, s.name)
+		harness.Must(t, img.Flush(), "flushing %s", image)
+	})
 }
 
 // luksHeader copies the LUKS2 header area of the site's copy to a file
