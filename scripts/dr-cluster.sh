@@ -91,6 +91,8 @@ cmd_up() {
 	cat "$DIR/a.up.log" "$DIR/b.up.log" >&2
 	((ok)) || die "a cluster did not come up"
 	mirror_peer "$POOL" "$(site_dir a)" site-a "$(site_dir b)" site-b
+	mirror_wait_schedules "$(site_dir a)" "$POOL"
+	mirror_wait_schedules "$(site_dir b)" "$POOL"
 	mirror_build_shim "$DIR"
 	start_site_mirror a
 	start_site_mirror b

@@ -333,6 +333,8 @@ site_b_peer() {
 	local work=$1 addr_b
 	read -r addr_b _ <"$work/site-b.addr"
 	mirror_peer rbd "$work/ceph" site-a "$work/ceph-b" site-b
+	mirror_wait_schedules "$work/ceph" rbd
+	mirror_wait_schedules "$work/ceph-b" rbd
 	mirror_build_shim "$work"
 	start_mirror "$work/ceph" 5 "$E2E_NODE_IP" "$work/sourceaddr.so"
 	start_mirror "$work/ceph-b" 5 "$addr_b" "$work/sourceaddr.so"

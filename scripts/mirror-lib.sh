@@ -107,6 +107,19 @@ mirror_peered() {
 	mirror_rbd "$1" mirror pool info "$2" --format json | grep -q '"peers":\[{"uuid"'
 }
 
+# mirror_wait_schedules DIR POOL: wait (up to 3 min) until the cluster's
+# mgr answers for mirror snapshot schedules: it loads its rbd_support
+# module some time after it is available (Reef's takes longest), and a
+# schedule set before then is refused.
+mirror_wait_schedules() {
+	local d=$1 pool=$2 i
+	for ((i = 0; i < 180; i++)); do
+		mirror_rbd "$d" mirror snapshot schedule ls --pool "$pool" >/dev/null 2>&1 && return 0
+		sleep 1
+	done
+	die "the mgr of $d does not answer for mirror snapshot schedules after 3 min (rbd_support not loaded)"
+}
+
 # mirror_peer POOL DIR_A SITE_A DIR_B SITE_B: POOL mirrors image by image
 # on both clusters, which are peers both ways (a bootstrap token from A,
 # imported on B, rx-tx); nothing is done where that is so already. The
