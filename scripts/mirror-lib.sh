@@ -114,7 +114,9 @@ mirror_peered() {
 mirror_wait_schedules() {
 	local d=$1 pool=$2 i
 	for ((i = 0; i < 180; i++)); do
-		mirror_rbd "$d" mirror snapshot schedule ls --pool "$pool" >/dev/null 2>&1 && return 0
+		# --recursive: without it a pool with no schedule of its own
+		# answers ENOENT (exit 2) once the module is loaded, too.
+		mirror_rbd "$d" mirror snapshot schedule ls --pool "$pool" --recursive >/dev/null 2>&1 && return 0
 		sleep 1
 	done
 	die "the mgr of $d does not answer for mirror snapshot schedules after 3 min (rbd_support not loaded)"
