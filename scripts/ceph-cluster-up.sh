@@ -119,7 +119,7 @@ wait_mgr() {
 	local deadline stat
 	deadline=$(($(date +%s) + ${CEPH_PG_TIMEOUT:-60}))
 	until stat=$(cephc mgr stat 2>/dev/null) && [[ $stat == *'"available": true'* ]]; do
-		pid_alive "$(<"$PIDS/mgr.x.pid")" || fail_up "ceph-mgr exited"
+		pid_running "$(<"$PIDS/mgr.x.pid")" || fail_up "ceph-mgr exited"
 		(($(date +%s) < deadline)) || fail_up "mgr not available after ${CEPH_PG_TIMEOUT:-60}s"
 		sleep 0.5
 	done
@@ -218,7 +218,7 @@ cmd_up() {
 	# Wait for *our* mon to listen (not just anyone on that port).
 	for ((i = 0; i < 200; i++)); do
 		[[ $(ss -Htlnp "sport = :$port" 2>/dev/null) == *"pid=$mon_pid,"* ]] && break
-		pid_alive "$mon_pid" || fail_up "ceph-mon exited"
+		pid_running "$mon_pid" || fail_up "ceph-mon exited"
 		sleep 0.05
 	done
 	((i < 200)) || fail_up "ceph-mon not listening on $ADDR:$port after 10s"

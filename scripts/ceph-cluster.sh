@@ -102,6 +102,17 @@ pid_alive() {
 	[[ $cmdline == *" -c $CONF "* ]]
 }
 
+# pid_running PID: true while PID, a daemon this script just started, has
+# not exited. Not pid_alive: until the forked shell has exec'd the daemon
+# (a moment, longer on a loaded machine) its command line is still this
+# script's, and pid_alive would take the starting daemon for a dead one.
+pid_running() {
+	local state
+	[[ $1 =~ ^[0-9]+$ && -r /proc/$1/stat ]] || return 1
+	state=$(sed -e 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) || return 1
+	[[ -n $state && $state != Z && $state != X ]]
+}
+
 # live_pids [GLOB]: print the PIDs from DIR/pids/GLOB.pid (default: all) that are
 # still alive.
 live_pids() {
