@@ -88,6 +88,16 @@ pid_ours() {
 	[[ $cmdline == *"$DIR/"* ]]
 }
 
+# pid_running PID: true while PID, a daemon start_daemon just started, has
+# not exited. Not pid_ours: until the forked shell has exec'd the daemon (a
+# moment, longer on a loaded machine) its command line is this script's.
+pid_running() {
+	local state
+	[[ $1 =~ ^[0-9]+$ && -r /proc/$1/stat ]] || return 1
+	state=$(sed -e 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) || return 1
+	[[ -n $state && $state != Z && $state != X ]]
+}
+
 start_daemon() {
 	local name=$1
 	shift
@@ -119,7 +129,7 @@ wait_until() {
 	shift 3
 	for ((i = 0; i < secs * 5; i++)); do
 		if "$@" >/dev/null 2>&1; then return 0; fi
-		if [[ -n $name ]] && ! pid_ours "$(<"$PIDS/$name.pid")"; then
+		if [[ -n $name ]] && ! pid_running "$(<"$PIDS/$name.pid")"; then
 			tail -n 40 "$DIR/log/$name.log" >&2 || true
 			die "$name exited while waiting for $what"
 		fi
